@@ -1,0 +1,3 @@
+from ncclean.cli import run
+
+run()
