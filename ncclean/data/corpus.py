@@ -1,0 +1,321 @@
+"""Reading a Parquet corpus of image-caption pairs into plain arrays.
+
+:func:`read_corpus` makes one streaming pass over the columns scoring needs (never the others) and
+returns a :class:`Corpus`: ids, captions, which image each pair shows, optional embeddings and,
+when asked, the decoded images. Image bytes are read batch by batch and dropped as soon as they are
+hashed or decoded. Rows that cannot be used are kept and carry a reason (``invalid_reason``);
+``strict=True`` turns any such row into an error instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ncclean.data.images import (
+    DEFAULT_MAX_PIXELS,
+    RowProblem,
+    decode_image,
+    image_identity,
+    image_kind,
+    image_values,
+    load_image_bytes,
+)
+from ncclean.data.parquet import PairSource, open_pairs
+from ncclean.data.schema import Columns, ResolvedColumns, resolve_columns
+from ncclean.errors import InvalidRowsError
+from ncclean.progress import Progress, no_progress
+
+
+@dataclass
+class Corpus:
+    """A corpus as arrays, one entry per input row, in input order.
+
+    - ``ids``: the id column, or the row number (int64) when there is none.
+    - ``captions``: ``n_pairs`` strings (``""`` where the caption is missing).
+    - ``image_group``: ``(n_pairs,) int64`` in ``[0, n_images)``, numbered in order of first
+      appearance; rows share a group when they share an ``image_id`` or, without that column, the
+      same image bytes (or path, or embedding).
+    - ``image_emb``, ``text_emb``: ``(n_pairs, d) float32`` or ``None``.
+    - ``images``: ``(n_images, s, s, 3) uint8`` indexed by ``image_group``, or ``None`` when not
+      decoded.
+    - ``reasons``: why each row cannot be used, ``None`` for a usable row.
+    """
+
+    source: PairSource
+    columns: ResolvedColumns
+    ids: pa.Array
+    captions: list[str]
+    image_group: np.ndarray
+    reasons: list[str | None]
+    image_emb: np.ndarray | None = None
+    text_emb: np.ndarray | None = None
+    images: np.ndarray | None = None
+    _text_group: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.captions)
+
+    @property
+    def n_images(self) -> int:
+        return int(self.image_group.max()) + 1 if len(self.image_group) else 0
+
+    @property
+    def valid(self) -> np.ndarray:
+        """``(n_pairs,) bool``: rows without a problem."""
+        return np.array([r is None for r in self.reasons], dtype=bool)
+
+    @property
+    def text_group(self) -> np.ndarray:
+        """``(n_pairs,) int64``: equal for captions with the same text (case and runs of
+        whitespace ignored), numbered in order of first appearance."""
+        if self._text_group is None:
+            self._text_group = text_groups(self.captions)
+        return self._text_group
+
+    @property
+    def n_invalid(self) -> int:
+        return sum(r is not None for r in self.reasons)
+
+    def invalid_counts(self) -> dict[str, int]:
+        """Rows per kind of problem (a reason up to its colon); a row with two problems counts
+        under both."""
+        return dict(Counter(problem.split(":", 1)[0] for r in self.reasons if r is not None
+                            for problem in r.split("; ")))
+
+    def mark(self, rows: np.ndarray | int, reason: str) -> None:
+        """Record ``reason`` for ``rows``: one row number, an array of them, or a boolean mask."""
+        rows = np.asarray(rows)
+        for row in np.flatnonzero(rows) if rows.dtype == bool else rows.reshape(-1):
+            current = self.reasons[row]
+            self.reasons[row] = reason if current is None else f"{current}; {reason}"
+
+
+def text_groups(captions: list[str]) -> np.ndarray:
+    """``(n,) int64`` ids equal for equal normalised text (lowercase, whitespace collapsed)."""
+    normalised = pc.utf8_trim_whitespace(
+        pc.replace_substring_regex(pc.utf8_lower(pa.array(captions, pa.string())), r"\s+", " ")
+    )
+    return _first_appearance_codes(normalised)
+
+
+def _first_appearance_codes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Dictionary codes numbered by first appearance; each null gets a code of its own."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    encoded = values.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    nulls = encoded.indices.is_null().to_numpy(zero_copy_only=False)
+    if not nulls.any():
+        return codes.astype(np.int64)
+    codes = np.where(nulls, 0, codes).astype(np.int64)
+    codes[nulls] = len(encoded.dictionary) + np.arange(int(nulls.sum()))
+    # Renumber so that codes follow the order of first appearance again.
+    _, first = np.unique(codes, return_index=True)
+    order = np.empty(len(first), dtype=np.int64)
+    order[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return order[np.unique(codes, return_inverse=True)[1]]
+
+
+def read_corpus(
+    path: str | os.PathLike,
+    columns: Columns = Columns(),
+    *,
+    strict: bool = False,
+    image_size: int | None = None,
+    max_image_pixels: int = DEFAULT_MAX_PIXELS,
+    progress: Progress = no_progress,
+) -> Corpus:
+    """Read the pairs at ``path`` (a Parquet file or a folder of shards).
+
+    With ``image_size``, images are decoded to ``(image_size, image_size, 3)`` once per image
+    group and undecodable ones mark their rows invalid. Raises the :class:`NcCleanError`
+    subclasses of :func:`open_pairs` and :func:`resolve_columns`, and :class:`InvalidRowsError`
+    under ``strict`` when any row is invalid.
+    """
+    source = open_pairs(path)
+    resolved = resolve_columns(columns, source.schema)
+    kind = image_kind(resolved.image, source.schema.field(resolved.image).type) \
+        if resolved.image else None
+
+    n = source.n_rows
+    captions: list[str] = []
+    reasons: list[str | None] = []
+    ids: list[pa.Array] = []
+    image_ids: list[pa.Array] = []
+    image_keys: list[bytes | None] = []
+    emb_chunks: dict[str, list[pa.Array]] = {c: [] for c in (resolved.image_emb, resolved.text_emb)
+                                             if c is not None}
+    read = [resolved.caption] + [c for c in (resolved.id, resolved.image_id) if c]
+    read += list(emb_chunks)
+    if resolved.image and not resolved.image_id:
+        read.append(resolved.image)
+
+    progress("reading", 0, n)
+    for shard, first_row, batch in source.iter_batches(read):
+        for text in batch.column(resolved.caption).to_pylist():
+            if text is None:
+                captions.append("")
+                reasons.append("missing caption")
+            else:
+                captions.append(text)
+                reasons.append(None if text.strip() else "empty caption")
+        if resolved.id:
+            ids.append(batch.column(resolved.id))
+        if resolved.image_id:
+            image_ids.append(batch.column(resolved.image_id))
+        elif resolved.image:
+            base = shard.path.parent
+            image_keys += [image_identity(v, base)
+                           for v in image_values(batch.column(resolved.image), kind)]
+        for name in emb_chunks:
+            emb_chunks[name].append(batch.column(name))
+        progress("reading", first_row + batch.num_rows, n)
+
+    corpus = Corpus(
+        source=source,
+        columns=resolved,
+        ids=_ids(ids, resolved, n),
+        captions=captions,
+        image_group=np.zeros(n, dtype=np.int64),
+        reasons=reasons,
+    )
+    if resolved.id:
+        _mark_duplicate_ids(corpus)
+    for name, chunks in emb_chunks.items():
+        emb = _embeddings(corpus, name, pa.chunked_array(chunks))
+        if name == resolved.image_emb:
+            corpus.image_emb = emb
+        else:
+            corpus.text_emb = emb
+
+    if resolved.image_id:
+        corpus.image_group = _first_appearance_codes(pa.chunked_array(image_ids))
+    elif resolved.image:
+        corpus.image_group = _first_appearance_codes(pa.array(image_keys, pa.binary(16)))
+    else:  # images only as embeddings: equal vectors are the same image
+        keys = [row.tobytes() for row in corpus.image_emb]
+        corpus.image_group = _first_appearance_codes(pa.array(keys, pa.binary()))
+
+    if image_size is not None and resolved.image:
+        corpus.images = decode_images(corpus, image_size, max_image_pixels, progress)
+    if strict:
+        check_strict(corpus)
+    return corpus
+
+
+def _ids(chunks: list[pa.Array], resolved: ResolvedColumns, n: int) -> pa.Array:
+    if not resolved.id:
+        return pa.array(np.arange(n, dtype=np.int64))
+    return pa.chunked_array(chunks).combine_chunks()
+
+
+def _mark_duplicate_ids(corpus: Corpus) -> None:
+    ids = corpus.ids
+    corpus.mark(ids.is_null().to_numpy(zero_copy_only=False), "missing id")
+    codes = _first_appearance_codes(ids)
+    first = np.zeros(len(codes), dtype=bool)
+    first[np.unique(codes, return_index=True)[1]] = True
+    for row in np.flatnonzero(~first):
+        corpus.mark(row, f"duplicate id: {ids[int(row)].as_py()!r} appears earlier")
+
+
+def _embeddings(corpus: Corpus, name: str, column: pa.ChunkedArray) -> np.ndarray:
+    """``(n, d) float32``; rows with a null, a wrong length, NaN or infinity are zero and marked.
+    ``d`` is the most common length."""
+    which = "image" if name == corpus.columns.image_emb else "text"
+    array = column.combine_chunks()
+    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+    null = array.is_null().to_numpy(zero_copy_only=False)
+    present = lengths[~null].astype(np.int64)
+    if len(present) == 0:
+        corpus.mark(null, f"missing {which} embedding")
+        return np.zeros((len(array), 0), dtype=np.float32)
+    dim = int(np.bincount(present).argmax())
+    good_length = (~null) & (np.nan_to_num(lengths, nan=-1) == dim)
+    values = pc.list_flatten(array.filter(pa.array(good_length))).to_numpy(zero_copy_only=False)
+    out = np.zeros((len(array), dim), dtype=np.float32)
+    out[good_length] = values.astype(np.float32, copy=False).reshape(-1, dim)
+    corpus.mark(null, f"missing {which} embedding")
+    for row in np.flatnonzero(~null & ~good_length):
+        corpus.mark(row, f"{which} embedding has {int(lengths[row])} values, expected {dim}")
+    finite = np.isfinite(out).all(axis=1)
+    corpus.mark(~finite, f"{which} embedding holds NaN or infinity")
+    out[~finite] = 0.0
+    return out
+
+
+def decode_images(
+    corpus: Corpus,
+    size: int,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    progress: Progress = no_progress,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Decode the first row's image of every image group into ``(n_images, size, size, 3)
+    uint8`` (``out`` when given, e.g. a memory map). A group whose image cannot be used is left
+    white and all its rows are marked with the reason. Decoding runs on a thread pool (PIL
+    releases the GIL while it decodes)."""
+    source, resolved = corpus.source, corpus.columns
+    kind = image_kind(resolved.image, source.schema.field(resolved.image).type)
+    n_images = corpus.n_images
+    if out is None:
+        out = np.empty((n_images, size, size, 3), dtype=np.uint8)
+    first_row = np.unique(corpus.image_group, return_index=True)[1]
+    is_first = np.zeros(corpus.n_pairs, dtype=bool)
+    is_first[first_row] = True
+    problems: dict[int, str] = {}
+
+    def work(item: tuple[int, bytes | str | None, Path]) -> tuple[int, np.ndarray | str]:
+        group, value, base = item
+        try:
+            return group, decode_image(load_image_bytes(value, base), size, max_pixels)
+        except RowProblem as problem:
+            return group, str(problem)
+
+    done = 0
+    progress("decoding images", 0, n_images)
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for shard, start, batch in source.iter_batches([resolved.image]):
+            selected = np.flatnonzero(is_first[start:start + batch.num_rows])
+            if len(selected) == 0:
+                continue
+            values = image_values(batch.column(0).take(pa.array(selected)), kind)
+            items = [(int(corpus.image_group[start + i]), v, shard.path.parent)
+                     for i, v in zip(selected, values)]
+            for group, result in pool.map(work, items):
+                if isinstance(result, str):
+                    problems[group] = result
+                    out[group] = 255
+                else:
+                    out[group] = result
+            done += len(items)
+            progress("decoding images", done, n_images)
+    if problems:
+        bad_rows = np.flatnonzero(np.isin(corpus.image_group, np.fromiter(problems, np.int64)))
+        for row in bad_rows:
+            corpus.mark(row, problems[int(corpus.image_group[row])])
+    return out
+
+
+def check_strict(corpus: Corpus) -> None:
+    """Raise :class:`InvalidRowsError` when any row is invalid, naming the first one."""
+    counts = corpus.invalid_counts()
+    if not counts:
+        return
+    total = corpus.n_invalid
+    first = next(i for i, r in enumerate(corpus.reasons) if r is not None)
+    summary = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
+    raise InvalidRowsError(
+        f"{total} invalid row{'s' if total > 1 else ''} ({summary}); first: row {first} "
+        f"(id {corpus.ids[first].as_py()!r}): {corpus.reasons[first]}. "
+        "Without --strict they are kept and marked in invalid_reason"
+    )

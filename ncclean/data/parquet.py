@@ -1,0 +1,261 @@
+"""Parquet in and out: one file or a folder of shards in, one file out, written atomically.
+
+Reading streams record batches shard by shard, so a column is only in memory while its batch is
+being used. Writing streams the input again and adds (or replaces) columns batch by batch, so an
+output carries every input column without holding the corpus in memory. Every output file is
+written to a temporary name in its destination folder and renamed into place, so a crash never
+leaves a half-written file under the real name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ncclean.errors import (
+    EmptyInputError,
+    InputNotFoundError,
+    NotParquetError,
+    OutputError,
+    SchemaError,
+)
+
+BATCH_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: Path
+    n_rows: int
+    first_row: int
+
+
+@dataclass(frozen=True)
+class PairSource:
+    """An opened input: its shards in reading order, their common schema and the row count.
+
+    Row numbers are global across shards (shard order, then row order inside a shard).
+    """
+
+    path: Path
+    shards: tuple[Shard, ...]
+    schema: pa.Schema
+
+    @property
+    def n_rows(self) -> int:
+        return sum(s.n_rows for s in self.shards)
+
+    def iter_batches(
+        self, columns: list[str] | None = None, batch_rows: int = BATCH_ROWS
+    ) -> Iterator[tuple[Shard, int, pa.RecordBatch]]:
+        """Yield ``(shard, first_row, batch)`` with ``first_row`` the global row number of the
+        batch's first row. ``columns=None`` reads every column."""
+        for shard in self.shards:
+            offset = shard.first_row
+            for batch in pq.ParquetFile(shard.path).iter_batches(
+                batch_size=batch_rows, columns=columns, use_threads=True
+            ):
+                yield shard, offset, batch
+                offset += batch.num_rows
+
+    def read_columns(self, columns: list[str]) -> pa.Table:
+        """Read whole columns of every shard into one table (use for small columns only)."""
+        tables = [pq.read_table(s.path, columns=columns) for s in self.shards]
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _parquet_files(folder: Path) -> list[Path]:
+    files = []
+    for path in sorted(folder.rglob("*.parquet")):
+        relative = path.relative_to(folder).parts
+        if any(part.startswith((".", "_")) for part in relative):
+            continue  # hidden files, Spark's _temporary folders, our own temp files
+        files.append(path)
+    return files
+
+
+def open_pairs(path: str | os.PathLike) -> PairSource:
+    """Open one Parquet file or a folder of Parquet shards (searched recursively, in sorted order).
+
+    Raises :class:`InputNotFoundError`, :class:`NotParquetError`, :class:`EmptyInputError` or,
+    when shards disagree on column names or types, :class:`SchemaError`.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputNotFoundError(f"{path}: no such file or folder")
+    if path.is_dir():
+        files = _parquet_files(path)
+        if not files:
+            raise EmptyInputError(f"{path}: folder holds no .parquet files")
+    else:
+        files = [path]
+
+    shards: list[Shard] = []
+    schema: pa.Schema | None = None
+    first_row = 0
+    for file in files:
+        try:
+            meta = pq.ParquetFile(file)
+        except (pa.ArrowInvalid, OSError) as error:
+            raise NotParquetError(f"{file}: not a readable Parquet file ({error})") from None
+        file_schema = meta.schema_arrow
+        if schema is None:
+            schema = file_schema
+        elif not file_schema.equals(schema, check_metadata=False):
+            raise SchemaError(
+                f"shard {file} has columns {_describe(file_schema)}, "
+                f"but {files[0]} has {_describe(schema)}; all shards must share one schema"
+            )
+        shards.append(Shard(file, meta.metadata.num_rows, first_row))
+        first_row += meta.metadata.num_rows
+    assert schema is not None
+    if first_row == 0:
+        raise EmptyInputError(f"{path}: no rows")
+    return PairSource(path=path, shards=tuple(shards), schema=schema)
+
+
+def _describe(schema: pa.Schema) -> str:
+    return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"
+
+
+# --------------------------------------------------------------------------------------- writing
+
+
+def check_output_path(out: str | os.PathLike, source: PairSource | None = None) -> Path:
+    """Refuse an output that is, or lies inside, the input; create the output's folder.
+
+    Returns the output path. Raises :class:`OutputError`.
+    """
+    out = Path(out)
+    if out.exists() and out.is_dir():
+        raise OutputError(f"{out} is a folder; give a file name for the output")
+    if source is not None:
+        resolved = out.resolve()
+        input_path = source.path.resolve()
+        if resolved == input_path or any(resolved == s.path.resolve() for s in source.shards):
+            raise OutputError(f"{out} is the input file; write the output to a new file")
+        if source.path.is_dir() and input_path in resolved.parents:
+            raise OutputError(
+                f"{out} lies inside the input folder {source.path}; write it elsewhere"
+            )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"cannot create the folder for {out}: {error}") from None
+    return out
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``dest``; rename it onto ``dest`` when the block succeeds,
+    delete it when the block fails."""
+    dest = Path(dest)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as error:
+        raise OutputError(f"cannot write to {dest.parent}: {error}") from None
+    os.close(fd)
+    tmp = Path(tmp_name)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the output the usual mode
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_json(dest: str | os.PathLike, payload: Mapping) -> None:
+    """Write ``payload`` as indented JSON, atomically."""
+    with atomic_path(dest) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(value):
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if hasattr(value, "tolist"):  # numpy arrays
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def sidecar_path(out: str | os.PathLike) -> Path:
+    """``scored.parquet`` -> ``scored.parquet.json``."""
+    out = Path(out)
+    return out.with_name(out.name + ".json")
+
+
+def write_table(dest: str | os.PathLike, table: pa.Table) -> None:
+    """Write a whole in-memory table to Parquet (zstd), atomically."""
+    with atomic_path(dest) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=BATCH_ROWS)
+
+
+def write_pairs(
+    source: PairSource,
+    out: str | os.PathLike,
+    updates: Mapping[str, pa.Array | pa.ChunkedArray],
+    *,
+    batch_rows: int = BATCH_ROWS,
+) -> Path:
+    """Write every input row and column to ``out`` with ``updates`` applied, atomically.
+
+    ``updates`` maps a column name to an array of ``source.n_rows`` values in input row order. A
+    name the input already has replaces that column in place (same position); a new name is
+    appended after the input columns, in the mapping's order. The input is streamed batch by
+    batch, so memory holds one batch of input columns plus the update arrays.
+    """
+    n_rows = source.n_rows
+    for name, values in updates.items():
+        if len(values) != n_rows:
+            raise ValueError(f"update {name!r} has {len(values)} values for {n_rows} rows")
+    out = check_output_path(out, source)
+
+    replaced = [name for name in source.schema.names if name in updates]
+    appended = [name for name in updates if name not in source.schema.names]
+    fields = []
+    for field in source.schema:
+        fields.append(field.with_type(updates[field.name].type) if field.name in updates else field)
+    fields += [pa.field(name, updates[name].type) for name in appended]
+    schema = pa.schema(fields, metadata=source.schema.metadata)
+
+    read_columns = [n for n in source.schema.names if n not in replaced]
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        if read_columns:
+            batches = source.iter_batches(read_columns, batch_rows)
+        else:  # every input column is replaced: walk the row ranges only
+            batches = _row_ranges(source, batch_rows)
+        for _, first_row, batch in batches:
+            arrays = []
+            for field in schema:
+                if field.name in updates:
+                    arrays.append(updates[field.name].slice(first_row, batch.num_rows))
+                else:
+                    arrays.append(batch.column(field.name))
+            table = pa.Table.from_arrays(arrays, schema=schema)
+            writer.write_table(table, row_group_size=batch_rows)
+    return out
+
+
+def _row_ranges(source: PairSource, batch_rows: int) -> Iterator[tuple[Shard, int, pa.RecordBatch]]:
+    for shard in source.shards:
+        for start in range(0, shard.n_rows, batch_rows):
+            size = min(batch_rows, shard.n_rows - start)
+            empty = pa.RecordBatch.from_pydict({"_": pa.nulls(size)})
+            yield shard, shard.first_row + start, empty

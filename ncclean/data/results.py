@@ -1,0 +1,126 @@
+"""The output contract: every input row and column, then ncclean's columns, then a JSON sidecar.
+
+Columns added after the input's, in this order (DESIGN.md, "Data contract"):
+
+- ``clean_prob`` float32 in [0, 1], higher = correctly matched; null for invalid rows;
+- ``partition``: ``clean_significant | clean_insignificant | vague | noisy | invalid``;
+- ``significance`` float32 (the SDD ratio c, or the method's equivalent);
+- ``pseudo_caption``, ``pseudo_caption_id``, ``pseudo_caption_score``: null unless noisy;
+- ``invalid_reason``: why a row could not be scored, null for the others;
+- the method's own columns, each prefixed by the method's name (``gmm_loss``, ``pc2_osc_kl``...).
+
+A column of the input with one of these names is replaced (re-scoring a scored file works). The
+sidecar ``<output>.json`` holds what the caller passes (method, parameters, seed, timings, mixture)
+plus the row count and partition counts computed here, so they always agree with the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ncclean.data.corpus import Corpus
+from ncclean.data.parquet import sidecar_path, write_json, write_pairs
+from ncclean.data.schema import INVALID_REASON
+
+PARTITIONS: tuple[str, ...] = ("clean_significant", "clean_insignificant", "vague", "noisy",
+                               "invalid")
+CONTRACT_COLUMNS: tuple[str, ...] = ("clean_prob", "partition", "significance", "pseudo_caption",
+                                     "pseudo_caption_id", "pseudo_caption_score", INVALID_REASON)
+
+
+@dataclass
+class PairResults:
+    """Per-pair results of a scoring run, one entry per input row.
+
+    ``clean_prob``: ``(n,) float`` in [0, 1]; ``partition``: ``(n,)`` strings from
+    :data:`PARTITIONS`; ``significance``, ``pseudo_caption_score``: ``(n,) float`` or ``None``;
+    ``pseudo_caption_row``: ``(n,) int64`` donor row of each pseudo-caption, -1 for none;
+    ``method_columns``: extra ``(n,)`` arrays, names prefixed by the method's name. Values of
+    invalid rows are ignored: they are written as null and their partition as ``invalid``.
+    """
+
+    clean_prob: np.ndarray
+    partition: np.ndarray
+    significance: np.ndarray | None = None
+    pseudo_caption_row: np.ndarray | None = None
+    pseudo_caption_score: np.ndarray | None = None
+    method_columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _float_column(values: np.ndarray | None, keep: np.ndarray) -> pa.Array:
+    if values is None:
+        return pa.nulls(len(keep), pa.float32())
+    values = np.asarray(values, dtype=np.float32)
+    return pa.array(values, mask=~keep | np.isnan(values))
+
+
+def result_columns(corpus: Corpus, results: PairResults) -> dict[str, pa.Array]:
+    """The contract's columns for ``corpus`` as Arrow arrays, in output order.
+
+    Raises ``ValueError`` for results that break the contract (a method bug, not user input):
+    wrong lengths, ``clean_prob`` outside [0, 1] on a valid row, an unknown partition.
+    """
+    n = corpus.n_pairs
+    valid = corpus.valid
+    for name, values in [("clean_prob", results.clean_prob), ("partition", results.partition),
+                         *results.method_columns.items()]:
+        if len(values) != n:
+            raise ValueError(f"{name} has {len(values)} values for {n} rows")
+    clean_prob = np.asarray(results.clean_prob, dtype=np.float64)
+    scored = clean_prob[valid]
+    if np.isnan(scored).any() or (scored < 0).any() or (scored > 1).any():
+        raise ValueError("clean_prob must lie in [0, 1] for every valid row")
+    partition = np.where(valid, np.asarray(results.partition, dtype=object), "invalid")
+    unknown = set(partition.tolist()) - set(PARTITIONS)
+    if unknown:
+        raise ValueError(f"unknown partition {sorted(unknown)}; expected one of {PARTITIONS}")
+
+    donor = results.pseudo_caption_row
+    has_donor = valid & (partition == "noisy") & (donor >= 0) if donor is not None \
+        else np.zeros(n, dtype=bool)
+    donor_rows = np.where(has_donor, donor if donor is not None else 0, 0)
+    captions = np.asarray(corpus.captions, dtype=object)
+    columns: dict[str, pa.Array] = {
+        "clean_prob": _float_column(clean_prob, valid),
+        "partition": pa.array(partition.tolist(), pa.string()),
+        "significance": _float_column(results.significance, valid),
+        "pseudo_caption": pa.array(np.where(has_donor, captions[donor_rows], None).tolist(),
+                                   pa.string()),
+        "pseudo_caption_id": corpus.ids.take(pa.array(donor_rows, mask=~has_donor)),
+        "pseudo_caption_score": _float_column(results.pseudo_caption_score, has_donor),
+        INVALID_REASON: pa.array(corpus.reasons, pa.string()),
+    }
+    for name, values in results.method_columns.items():
+        values = np.asarray(values)
+        columns[name] = _float_column(values, valid) if np.issubdtype(values.dtype, np.floating) \
+            else pa.array(values, mask=~valid)
+    return columns
+
+
+def partition_counts(partition: pa.Array | np.ndarray) -> dict[str, int]:
+    """Rows per partition, every partition listed (zeros included), in contract order."""
+    values = partition.to_pylist() if isinstance(partition, pa.Array) else list(partition)
+    return {name: values.count(name) for name in PARTITIONS}
+
+
+def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResults,
+                  sidecar: Mapping) -> Path:
+    """Write ``corpus`` with ``results`` to ``output`` and the sidecar beside it, atomically.
+
+    Returns the output path. Every input row appears exactly once, in input order.
+    """
+    columns = result_columns(corpus, results)
+    out = write_pairs(corpus.source, output, columns)
+    write_json(sidecar_path(out), {
+        **sidecar,
+        "n_rows": corpus.n_pairs,
+        "partition_counts": partition_counts(columns["partition"]),
+        "invalid_counts": corpus.invalid_counts(),
+    })
+    return out
