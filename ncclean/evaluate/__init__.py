@@ -1,0 +1,1 @@
+"""How well a cleaner works: detection of noisy pairs and retrieval quality of a matcher."""
