@@ -1,0 +1,39 @@
+"""Options shared by several commands, defined once."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+_COLUMNS = "Columns"
+
+CaptionCol = Annotated[str, typer.Option(
+    "--caption-col", help="Column holding the caption text.", rich_help_panel=_COLUMNS)]
+ImageCol = Annotated[str, typer.Option(
+    "--image-col", help="Column holding images: bytes, a path relative to the Parquet file, or a "
+    "{bytes, path} struct.", rich_help_panel=_COLUMNS)]
+IdCol = Annotated[str | None, typer.Option(
+    "--id-col", help="Column with a stable pair id [default: 'id' if present, else the row "
+    "number].", show_default=False, rich_help_panel=_COLUMNS)]
+ImageIdCol = Annotated[str | None, typer.Option(
+    "--image-id-col", help="Column grouping the captions of one image [default: 'image_id' if "
+    "present, else equal image bytes].", show_default=False, rich_help_panel=_COLUMNS)]
+ImageEmbCol = Annotated[str | None, typer.Option(
+    "--image-emb-col", help="Column of precomputed image embeddings (used instead of images).",
+    rich_help_panel=_COLUMNS)]
+TextEmbCol = Annotated[str | None, typer.Option(
+    "--text-emb-col", help="Column of precomputed caption embeddings.", rich_help_panel=_COLUMNS)]
+
+Json = Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")]
+Strict = Annotated[bool, typer.Option(
+    "--strict", help="Fail on invalid rows instead of keeping them marked in invalid_reason.")]
+
+
+def columns(caption_col: str, image_col: str, id_col: str | None, image_id_col: str | None,
+            image_emb_col: str | None, text_emb_col: str | None):
+    """The :class:`ncclean.data.schema.Columns` these options ask for."""
+    from ncclean.data.schema import Columns
+
+    return Columns(caption=caption_col, image=image_col, id=id_col, image_id=image_id_col,
+                   image_emb=image_emb_col, text_emb=text_emb_col)
