@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Iterator
 
-from ncclean.progress import Progress
+from ncclean.progress import Progress, no_progress
 
 
 def error_line(message: str) -> None:
@@ -30,7 +30,7 @@ def progress_bars(enabled: bool = True) -> Iterator[Progress]:
     """A :data:`Progress` callback drawing one rich bar per stage on stderr (transient: the
     bars vanish when the work is done). Draws nothing when stderr is not a terminal."""
     if not enabled or not sys.stderr.isatty():
-        yield lambda stage, done, total: None
+        yield no_progress
         return
     from rich.console import Console
     from rich.progress import (
@@ -44,17 +44,36 @@ def progress_bars(enabled: bool = True) -> Iterator[Progress]:
     )
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn())
+               TimeRemainingColumn(), TextColumn("{task.fields[note]}"))
     with RichProgress(*columns, console=Console(stderr=True), transient=True) as bars:
         tasks: dict[str, int] = {}
 
-        def update(stage: str, done: int, total: int) -> None:
+        def update(stage: str, done: int, total: int, note: str = "") -> None:
             if stage not in tasks:
-                tasks[stage] = bars.add_task(stage, total=total)
-            bars.update(tasks[stage], completed=done, total=total)
+                tasks[stage] = bars.add_task(stage, total=total, note=note)
+            bars.update(tasks[stage], completed=done, total=total, note=note)
 
         yield update
 
 
 def pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "n/a"
+
+
+def render_score(out, summary) -> None:
+    """The run summary of ``ncclean score``: rows, partitions, noise estimate, time."""
+    counts = summary.partition_counts
+    seconds = summary.seconds
+    out.print(f"[bold]score[/bold] ({summary.method}, {summary.device}): {summary.n_pairs:,} "
+              f"pairs in {seconds.get('total', 0):.1f} s "
+              f"(read {seconds.get('read', 0):.1f} s, method {seconds.get('method', 0):.1f} s)")
+    for name, count in counts.items():
+        if count or name != "invalid":
+            out.print(f"  {name:<20} {count:>9,}  {pct(count, summary.n_pairs):>6}")
+    if summary.noise_rate is not None:
+        out.print(f"  estimated noise rate {summary.noise_rate:.1%}")
+    if summary.detection is not None:
+        d = summary.detection
+        out.print(f"  against noisy_gt ({d['n_noisy']:,} noisy): AUROC {d['auroc']:.3f}, "
+                  f"AP {d['ap']:.3f}, precision {d['precision']:.3f}, recall {d['recall']:.3f}")
+    out.print(f"  wrote {summary.output} (+ .json)")

@@ -46,6 +46,8 @@ class Corpus:
     - ``image_emb``, ``text_emb``: ``(n_pairs, d) float32`` or ``None``.
     - ``images``: ``(n_images, s, s, 3) uint8`` indexed by ``image_group``, or ``None`` when not
       decoded.
+    - ``image_digests``: per image group, the 16-byte identity of its image (content hash or
+      resolved path), when the image column was read; ``None`` otherwise.
     - ``reasons``: why each row cannot be used, ``None`` for a usable row.
     """
 
@@ -58,6 +60,7 @@ class Corpus:
     image_emb: np.ndarray | None = None
     text_emb: np.ndarray | None = None
     images: np.ndarray | None = None
+    image_digests: list[bytes | None] | None = field(default=None, repr=False)
     _text_group: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -132,12 +135,14 @@ def read_corpus(
     strict: bool = False,
     image_size: int | None = None,
     max_image_pixels: int = DEFAULT_MAX_PIXELS,
+    cache_dir: Path | None = None,
     progress: Progress = no_progress,
 ) -> Corpus:
     """Read the pairs at ``path`` (a Parquet file or a folder of shards).
 
     With ``image_size``, images are decoded to ``(image_size, image_size, 3)`` once per image
-    group and undecodable ones mark their rows invalid. Raises the :class:`NcCleanError`
+    group (see :func:`load_images`; with ``cache_dir``, once per input) and undecodable ones mark
+    their rows invalid. Raises the :class:`NcCleanError`
     subclasses of :func:`open_pairs` and :func:`resolve_columns`, and :class:`InvalidRowsError`
     under ``strict`` when any row is invalid.
     """
@@ -201,12 +206,15 @@ def read_corpus(
         corpus.image_group = _first_appearance_codes(pa.chunked_array(image_ids))
     elif resolved.image:
         corpus.image_group = _first_appearance_codes(pa.array(image_keys, pa.binary(16)))
+        first_rows = np.unique(corpus.image_group, return_index=True)[1]
+        corpus.image_digests = [image_keys[row] for row in first_rows]
     else:  # images only as embeddings: equal vectors are the same image
         keys = [row.tobytes() for row in corpus.image_emb]
         corpus.image_group = _first_appearance_codes(pa.array(keys, pa.binary()))
 
     if image_size is not None and resolved.image:
-        corpus.images = decode_images(corpus, image_size, max_image_pixels, progress)
+        load_images(corpus, image_size, max_pixels=max_image_pixels, cache_dir=cache_dir,
+                    progress=progress)
     if strict:
         check_strict(corpus)
     return corpus
@@ -253,25 +261,71 @@ def _embeddings(corpus: Corpus, name: str, column: pa.ChunkedArray) -> np.ndarra
     return out
 
 
-def decode_images(
-    corpus: Corpus,
-    size: int,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    progress: Progress = no_progress,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """Decode the first row's image of every image group into ``(n_images, size, size, 3)
-    uint8`` (``out`` when given, e.g. a memory map). A group whose image cannot be used is left
-    white and all its rows are marked with the reason. Decoding runs on a thread pool (PIL
-    releases the GIL while it decodes)."""
+# Bump when decoding changes (resampling, padding): cached images of older versions are ignored.
+DECODE_VERSION = "1"
+
+
+def load_images(corpus: Corpus, size: int, *, max_pixels: int = DEFAULT_MAX_PIXELS,
+                cache_dir: Path | None = None, progress: Progress = no_progress) -> np.ndarray:
+    """Set ``corpus.images`` to the decoded images, ``(n_images, size, size, 3) uint8``, and mark
+    the rows of unusable images. With ``cache_dir`` the images are decoded once per input and
+    kept there as a memory map keyed by the images' content, so a second run reads them back."""
+    shape = (corpus.n_images, size, size, 3)
+    if cache_dir is None:
+        images = np.empty(shape, dtype=np.uint8)
+        problems = decode_images(corpus, images, max_pixels, progress)
+    else:
+        from ncclean.data.cache import cached_array, content_key
+
+        key = content_key(["images", DECODE_VERSION, str(size), str(max_pixels),
+                           *_group_digests(corpus)])
+        images, meta = cached_array(
+            Path(cache_dir) / "images", key, shape, np.uint8,
+            lambda out: {"problems": decode_images(corpus, out, max_pixels, progress)},
+        )
+        problems = {int(group): reason for group, reason in meta["problems"].items()}
+    if problems:
+        bad_rows = np.flatnonzero(np.isin(corpus.image_group, np.fromiter(problems, np.int64)))
+        for row in bad_rows:
+            corpus.mark(row, problems[int(corpus.image_group[row])])
+    corpus.images = images
+    return images
+
+
+def _first_rows(corpus: Corpus) -> np.ndarray:
+    """The first row of every image group, in group order."""
+    return np.unique(corpus.image_group, return_index=True)[1]
+
+
+def _group_digests(corpus: Corpus) -> list[bytes | None]:
+    """Image identities per group; read from the image column when grouping came from image ids."""
+    if corpus.image_digests is not None:
+        return corpus.image_digests
     source, resolved = corpus.source, corpus.columns
     kind = image_kind(resolved.image, source.schema.field(resolved.image).type)
-    n_images = corpus.n_images
-    if out is None:
-        out = np.empty((n_images, size, size, 3), dtype=np.uint8)
-    first_row = np.unique(corpus.image_group, return_index=True)[1]
     is_first = np.zeros(corpus.n_pairs, dtype=bool)
-    is_first[first_row] = True
+    is_first[_first_rows(corpus)] = True
+    digests: list[bytes | None] = [None] * corpus.n_images
+    for shard, start, batch in source.iter_batches([resolved.image]):
+        selected = np.flatnonzero(is_first[start:start + batch.num_rows])
+        values = image_values(batch.column(0).take(pa.array(selected)), kind)
+        for i, value in zip(selected, values):
+            digests[corpus.image_group[start + i]] = image_identity(value, shard.path.parent)
+    corpus.image_digests = digests
+    return digests
+
+
+def decode_images(corpus: Corpus, out: np.ndarray, max_pixels: int = DEFAULT_MAX_PIXELS,
+                  progress: Progress = no_progress) -> dict[int, str]:
+    """Decode the first row's image of every image group into ``out[group]`` (``(n_images, S, S,
+    3) uint8``, S taken from ``out``). Returns ``{group: reason}`` for images that cannot be
+    used; those are left white. Decoding runs on a thread pool (PIL releases the GIL)."""
+    source, resolved = corpus.source, corpus.columns
+    kind = image_kind(resolved.image, source.schema.field(resolved.image).type)
+    size = out.shape[1]
+    n_images = corpus.n_images
+    is_first = np.zeros(corpus.n_pairs, dtype=bool)
+    is_first[_first_rows(corpus)] = True
     problems: dict[int, str] = {}
 
     def work(item: tuple[int, bytes | str | None, Path]) -> tuple[int, np.ndarray | str]:
@@ -299,11 +353,7 @@ def decode_images(
                     out[group] = result
             done += len(items)
             progress("decoding images", done, n_images)
-    if problems:
-        bad_rows = np.flatnonzero(np.isin(corpus.image_group, np.fromiter(problems, np.int64)))
-        for row in bad_rows:
-            corpus.mark(row, problems[int(corpus.image_group[row])])
-    return out
+    return problems
 
 
 def check_strict(corpus: Corpus) -> None:

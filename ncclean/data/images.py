@@ -63,15 +63,22 @@ def image_values(column: pa.Array, kind: ImageKind) -> list:
 
 
 def image_identity(value: bytes | str | None, base_dir: Path) -> bytes | None:
-    """A 16-byte key equal for equal images: the hash of the bytes, or of the resolved path
-    (two paths to copies of one picture count as two images). ``None`` for a missing image."""
+    """A 16-byte key equal for equal images: the hash of the bytes, or of the resolved path with
+    the file's size and modification time (two paths to copies of one picture count as two
+    images; a file changed in place is a new image). ``None`` for a missing image."""
     if value is None:
         return None
     if isinstance(value, str):
         if _is_url(value):
             value = b"url:" + value.encode()
         else:
-            value = b"path:" + str((base_dir / value).resolve()).encode()
+            path = (base_dir / value).resolve()
+            try:
+                stat = path.stat()
+                stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+            except OSError:
+                stamp = "absent"
+            value = f"path:{path}|{stamp}".encode()
     return hashlib.blake2b(value, digest_size=16).digest()
 
 

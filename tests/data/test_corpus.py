@@ -141,3 +141,25 @@ def test_only_needed_columns_are_read(tmp_path, monkeypatch):
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
     read_corpus(path)
     assert seen == [["caption", "image_id"]]  # neither the image bytes nor other columns
+
+
+def test_decoded_images_are_cached_by_content(shapes, tmp_path, monkeypatch):
+    import ncclean.data.corpus as corpus_module
+
+    first = read_corpus(shapes, image_size=16, cache_dir=tmp_path)
+    assert len(list((tmp_path / "images").glob("*.npy"))) == 1
+    calls = []
+    monkeypatch.setattr(corpus_module, "decode_images", lambda *a, **k: calls.append(1) or {})
+    second = read_corpus(shapes, image_size=16, cache_dir=tmp_path)
+    assert not calls  # read back, not decoded again
+    assert np.array_equal(first.images, second.images)
+    read_corpus(shapes, image_size=8, cache_dir=tmp_path)  # another size is another entry
+    assert calls and len(list((tmp_path / "images").glob("*.json"))) == 2
+
+
+def test_cached_problems_still_mark_rows(tmp_path):
+    path = write_parquet(tmp_path / "p.parquet", {"image": [png_bytes(), b"bad"],
+                                                  "caption": ["a", "b"]})
+    for _ in range(2):
+        corpus = read_corpus(path, image_size=4, cache_dir=tmp_path / "cache")
+        assert corpus.reasons[0] is None and corpus.reasons[1].startswith("undecodable")
