@@ -1,0 +1,1 @@
+"""The one training loop, per-sample losses, and deterministic per-pair scoring."""

@@ -1,0 +1,184 @@
+"""The one training loop every method uses.
+
+A method never writes a loop: it writes an :class:`Objective` (which batches to draw each epoch,
+the loss of one step, and its per-epoch bookkeeping such as re-fitting a mixture) and hands it to
+:func:`train` with the model. The loop owns the rest: the AdamW optimiser and its learning-rate
+drops, gradient clipping, seeding, the device, progress with the running loss, and per-epoch
+checkpoints that ``resume`` continues from.
+
+Randomness is derived from ``(seed, epoch)``: epoch ``k`` draws the same batches whether the run
+started at epoch 0 or resumed at ``k``, so a resumed run ends with the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ncclean.progress import Progress, no_progress
+
+
+@dataclass
+class TrainConfig:
+    """How to optimise; methods fill it from their parameters (paper defaults)."""
+
+    epochs: int
+    lr: float = 2e-4
+    lr_drop_epochs: tuple[int, ...] = ()  # the rate is multiplied by 0.1 from each of these on
+    weight_decay: float = 0.0
+    grad_clip: float = 2.0
+    seed: int = 0
+    device: str = "cpu"
+    checkpoint_dir: Path | None = None
+    resume: bool = False
+
+    def lr_at(self, epoch: int) -> float:
+        return self.lr * 0.1 ** sum(epoch >= drop for drop in self.lr_drop_epochs)
+
+
+class Objective(ABC):
+    """What a method plugs into :func:`train`."""
+
+    stage: str = "training"
+
+    def begin_epoch(self, model: nn.Module, epoch: int) -> None:  # noqa: B027 - optional hook
+        """Bookkeeping before the epoch's steps (e.g. divide the data with a mixture)."""
+
+    @abstractmethod
+    def steps(self, epoch: int, rng: np.random.Generator) -> Iterable[Any]:
+        """The epoch's steps, each whatever :meth:`loss` needs (usually index arrays)."""
+
+    @abstractmethod
+    def loss(self, model: nn.Module, step: Any, epoch: int) -> torch.Tensor:
+        """The scalar loss of one step; the model is in training mode."""
+
+    def end_epoch(self, model: nn.Module, epoch: int) -> dict[str, float]:
+        """Bookkeeping after the epoch; returns numbers worth reporting."""
+        return {}
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Arrays to checkpoint so that a resumed run continues exactly (e.g. soft labels)."""
+        return {}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:  # noqa: B027 - optional hook
+        """Restore what :meth:`state` returned."""
+
+
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    return np.random.default_rng([seed, epoch])
+
+
+def _clip_groups(model: nn.Module) -> list[list[nn.Parameter]]:
+    """Gradient clipping applies per network: each member of an ensemble (NCR's A and B) is
+    clipped on its own, as when each has its own optimiser."""
+    members: Sequence[nn.Module] = getattr(model, "members", None) or [model]
+    return [[p for p in member.parameters() if p.requires_grad] for member in members]
+
+
+def train(model: nn.Module, objective: Objective, config: TrainConfig,
+          progress: Progress = no_progress) -> list[dict[str, float]]:
+    """Optimise ``model`` for ``config.epochs`` epochs of ``objective``; returns one report per
+    epoch (mean loss, seconds, and whatever the objective's ``end_epoch`` adds)."""
+    model.to(config.device)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+    history: list[dict[str, float]] = []
+    start = 0
+    if config.checkpoint_dir is not None and config.resume:
+        start, history = _load_checkpoint(config.checkpoint_dir, model, optimizer, objective)
+
+    groups = _clip_groups(model)
+    for epoch in range(start, config.epochs):
+        began = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr_at(epoch)
+        torch.manual_seed(config.seed * 100_003 + epoch)
+        objective.begin_epoch(model, epoch)
+        steps = list(objective.steps(epoch, epoch_rng(config.seed, epoch)))
+        model.train()
+        total, label = 0.0, f"{objective.stage} {epoch + 1}/{config.epochs}"
+        for done, step in enumerate(steps, start=1):
+            loss = objective.loss(model, step, epoch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip:
+                for group in groups:
+                    nn.utils.clip_grad_norm_(group, config.grad_clip)
+            optimizer.step()
+            total += float(loss.detach())
+            progress(label, done, len(steps), f"loss {total / done:.4f}")
+        report = {"epoch": epoch, "loss": total / max(1, len(steps)), "steps": len(steps)}
+        report |= objective.end_epoch(model, epoch)
+        report["seconds"] = time.perf_counter() - began
+        history.append(report)
+        if config.checkpoint_dir is not None:
+            _save_checkpoint(config.checkpoint_dir, model, optimizer, objective, epoch, history)
+    return history
+
+
+# ----------------------------------------------------------------------------------- checkpoints
+
+_STATE = "training-state.safetensors"
+
+
+def _save_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     objective: Objective, epoch: int, history: list[dict[str, float]]) -> None:
+    """Model, optimiser and objective state after ``epoch``, as safetensors plus JSON."""
+    from safetensors.torch import save_file
+
+    from ncclean.data.parquet import atomic_path, write_json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    optimizer_state = optimizer.state_dict()
+    for index, slots in optimizer_state["state"].items():
+        for slot, value in slots.items():
+            tensors[f"optimizer.{index}.{slot}"] = torch.as_tensor(value).detach().cpu()
+    for name, value in objective.state().items():
+        tensors[f"objective.{name}"] = torch.as_tensor(np.ascontiguousarray(value))
+    with atomic_path(directory / _STATE) as tmp:
+        save_file(tensors, str(tmp))
+    write_json(directory / f"{_STATE}.json", {
+        "epoch": epoch,
+        "history": history,
+        "param_groups": optimizer_state["param_groups"],
+    })
+
+
+def _load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     objective: Objective) -> tuple[int, list[dict[str, float]]]:
+    """Restore the state saved by :func:`_save_checkpoint`; returns the epoch to start from."""
+    from safetensors.torch import load_file
+
+    meta_path = directory / f"{_STATE}.json"
+    if not meta_path.exists():
+        return 0, []
+    meta = json.loads(meta_path.read_text())
+    tensors = load_file(str(directory / _STATE))
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
+                           if k.startswith("model.")})
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, slot = key.split(".", 2)
+            state.setdefault(int(index), {})[slot] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    objective.load_state({k[len("objective."):]: v.numpy() for k, v in tensors.items()
+                          if k.startswith("objective.")})
+    return int(meta["epoch"]) + 1, list(meta["history"])
+
+
+def describe(config: TrainConfig) -> dict[str, Any]:
+    """The config as JSON-ready values, for sidecars."""
+    payload = asdict(config)
+    payload["checkpoint_dir"] = str(config.checkpoint_dir) if config.checkpoint_dir else None
+    return payload

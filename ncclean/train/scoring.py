@@ -1,0 +1,112 @@
+"""Deterministic per-pair scores of a trained matcher over a whole corpus.
+
+The reference code measures each pair's loss against the other pairs of a randomly shuffled batch,
+so the same model gives different losses on every pass. Here the matcher embeds every image and
+caption once (eval mode), and each pair's loss is measured against either
+
+- a fixed **pool** of ``pool_size`` pairs drawn once from the seed (more negatives than a batch,
+  the same for every pair and every epoch), or
+- fixed **batches**: one seeded permutation cut into batches, as the reference code does but
+  without reshuffling.
+
+Both are computed from the embeddings with blocked matrix products, so they cost a fraction of a
+training epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ncclean.models.features import Features
+from ncclean.train.losses import mean_hinge, negative_mask
+
+NEGATIVES = ("pool", "batches")
+_EMBED_BATCH = 512
+_BLOCK = 2048
+
+
+@dataclass
+class Embeddings:
+    """Unit vectors of every entry of a :class:`Features`' tables: ``images`` ``(n_images, d)``
+    and ``texts`` ``(n_texts, d)``, float32, on the CPU."""
+
+    images: np.ndarray
+    texts: np.ndarray
+
+    def pair_similarity(self, features: Features) -> np.ndarray:
+        """``(n_pairs,) float32``: the cosine of each pair."""
+        out = np.empty(features.n_pairs, dtype=np.float32)
+        for start in range(0, features.n_pairs, _BLOCK):
+            stop = start + _BLOCK
+            out[start:stop] = np.einsum(
+                "nd,nd->n", self.images[features.image_group[start:stop]],
+                self.texts[features.text_group[start:stop]])
+        return out
+
+
+@torch.no_grad()
+def embed(matcher: nn.Module, features: Features, device: str = "cpu",
+          batch_size: int = _EMBED_BATCH) -> Embeddings:
+    """Embed the images and texts the features use (others stay zero), in eval mode."""
+    was_training = matcher.training
+    matcher.eval()
+    try:
+        out = []
+        for groups, table_size, encode, inputs in (
+            (features.image_group, len(features.image_data), matcher.encode_images,
+             features.image_inputs),
+            (features.text_group, len(features.text_data), matcher.encode_texts,
+             features.text_inputs),
+        ):
+            used = np.unique(groups)
+            vectors = np.zeros((table_size, matcher.embed_dim), dtype=np.float32)
+            for start in range(0, len(used), batch_size):
+                index = used[start:start + batch_size]
+                vectors[index] = encode(*inputs(index, device)).float().cpu().numpy()
+            out.append(vectors)
+    finally:
+        matcher.train(was_training)
+    return Embeddings(images=out[0], texts=out[1])
+
+
+def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0.2,
+                negatives: str = "pool", pool_size: int = 1024, batch_size: int = 128,
+                seed: int = 0) -> np.ndarray:
+    """``(n_pairs,) float32``: each pair's mean hinge loss (:func:`mean_hinge`) against fixed
+    negatives (``"pool"`` or ``"batches"``, see the module docstring). Deterministic."""
+    if negatives not in NEGATIVES:
+        raise ValueError(f"negatives must be one of {NEGATIVES}, got {negatives!r}")
+    rng = np.random.default_rng([seed, 7919])
+    n = features.n_pairs
+    images = torch.from_numpy(embeddings.images)
+    texts = torch.from_numpy(embeddings.texts)
+    image_group = torch.from_numpy(features.image_group)
+    text_group = torch.from_numpy(features.text_group)
+    out = np.empty(n, dtype=np.float32)
+    if negatives == "batches":
+        order = rng.permutation(n)
+        for start in range(0, n, batch_size):
+            pairs = torch.from_numpy(order[start:start + batch_size])
+            img, txt = images[image_group[pairs]], texts[text_group[pairs]]
+            mask = negative_mask(image_group[pairs], text_group[pairs])
+            out[order[start:start + batch_size]] = mean_hinge(img @ txt.T, mask, margin).numpy()
+        return out
+
+    pool = torch.from_numpy(np.sort(rng.choice(n, size=min(pool_size, n), replace=False)))
+    pool_images, pool_texts = images[image_group[pool]], texts[text_group[pool]]
+    pool_image_group, pool_text_group = image_group[pool], text_group[pool]
+    for start in range(0, n, _BLOCK):
+        rows = torch.arange(start, min(n, start + _BLOCK))
+        img, txt = images[image_group[rows]], texts[text_group[rows]]
+        positive = (img * txt).sum(dim=1, keepdim=True)
+        mask = (image_group[rows][:, None] != pool_image_group[None, :]) & \
+            (text_group[rows][:, None] != pool_text_group[None, :])
+        count = mask.sum(dim=1).clamp(min=1)
+        image_to_text = ((margin - positive + img @ pool_texts.T).clamp(min=0) * mask).sum(1)
+        text_to_image = ((margin - positive + txt @ pool_images.T).clamp(min=0) * mask).sum(1)
+        out[start:start + len(rows)] = ((image_to_text + text_to_image) / count).numpy()
+    return out
