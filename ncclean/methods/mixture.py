@@ -1,0 +1,95 @@
+"""The two-component Gaussian mixture every loss-division method fits, in one place.
+
+Reference settings (NCR, PC2, CREAM, GSC; ``landscape.md`` A.15): the per-pair score is min-max
+normalised, ``GaussianMixture(n_components=2, max_iter=10, tol=1e-2, reg_covar=5e-4)`` is fitted,
+and the clean probability is the posterior of the component with the lower mean (for losses) or
+the higher mean (for similarities). ``random_state`` is fixed so the same scores give the same
+posteriors (the reference code leaves it random).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MixtureFit:
+    """A fitted mixture, in the normalised [0, 1] scale of its input.
+
+    ``clean``/``noisy``: component means, variances and weights; ``low``/``high``: the raw score
+    range used for normalisation. ``noise_rate`` is the noisy component's weight: the mixture's
+    estimate of the share of mismatched pairs.
+    """
+
+    clean_mean: float
+    noisy_mean: float
+    clean_var: float
+    noisy_var: float
+    clean_weight: float
+    noisy_weight: float
+    low: float
+    high: float
+    clean_is: str
+
+    @property
+    def noise_rate(self) -> float:
+        return self.noisy_weight
+
+    def as_dict(self) -> dict[str, float | str]:
+        return asdict(self) | {"noise_rate": self.noise_rate}
+
+
+def fit_clean_posterior(scores: np.ndarray, clean: str = "low", *, max_iter: int = 10,
+                        tol: float = 1e-2, reg_covar: float = 5e-4,
+                        seed: int = 0) -> tuple[np.ndarray, MixtureFit]:
+    """Fit the mixture to ``scores`` (``(n,) float``) and return each one's posterior of the clean
+    component, ``(n,) float64`` in [0, 1], with the fit.
+
+    ``clean="low"`` for losses (NCR: ``means_.argmin()``), ``"high"`` for similarities (SDD,
+    GSC: ``means_.argmax()``). Constant scores cannot be split: every pair gets 0.5.
+    """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture
+
+    if clean not in ("low", "high"):
+        raise ValueError(f"clean must be 'low' or 'high', got {clean!r}")
+    scores = np.asarray(scores, dtype=np.float64)
+    low, high = float(scores.min()), float(scores.max())
+    if len(scores) < 2 or high - low <= 1e-12:
+        fit = MixtureFit(0.5, 0.5, 0.0, 0.0, 0.5, 0.5, low, high, clean)
+        return np.full(len(scores), 0.5), fit
+    normalised = ((scores - low) / (high - low)).reshape(-1, 1)
+    gmm = GaussianMixture(n_components=2, max_iter=max_iter, tol=tol, reg_covar=reg_covar,
+                          random_state=seed)
+    with warnings.catch_warnings():  # ten EM steps do not converge by design (reference setting)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gmm.fit(normalised)
+    means = gmm.means_.ravel()
+    clean_component = int(means.argmin() if clean == "low" else means.argmax())
+    noisy_component = 1 - clean_component
+    posterior = gmm.predict_proba(normalised)[:, clean_component]
+    variances = gmm.covariances_.ravel()
+    fit = MixtureFit(
+        clean_mean=float(means[clean_component]), noisy_mean=float(means[noisy_component]),
+        clean_var=float(variances[clean_component]), noisy_var=float(variances[noisy_component]),
+        clean_weight=float(gmm.weights_[clean_component]),
+        noisy_weight=float(gmm.weights_[noisy_component]),
+        low=low, high=high, clean_is=clean,
+    )
+    return posterior, fit
+
+
+def clean_split(clean_prob: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+    """``(n,) bool``: the pairs treated as clean, ``clean_prob > threshold`` (NCR's ``split_prob``).
+
+    When nothing falls at or below the threshold, the lowest 1% (the value at index ``n // 100``
+    of the sorted probabilities) becomes the threshold, so the noisy side is never empty.
+    """
+    clean_prob = np.asarray(clean_prob)
+    if (clean_prob <= threshold).any() or len(clean_prob) == 0:
+        return clean_prob > threshold
+    cut = np.sort(clean_prob)[len(clean_prob) // 100]
+    return clean_prob > cut

@@ -1,0 +1,98 @@
+"""``check_method``: the conformance suite every method, built-in or plugin, must pass.
+
+It runs the method twice with the same seed on a tiny synthetic corpus with injected noise and
+checks the contract of :class:`ncclean.methods.base.Method`: one clean probability per pair, in
+[0, 1] and finite; method columns named ``<method>_...`` with one value per pair; the same seed
+gives the same scores; and no file is written (the working folder and the cache stay empty).
+Plugin authors call it from their own tests::
+
+    from ncclean.testing import check_method
+    check_method(MyMethod(epochs=2))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ncclean.methods.base import Context, Method, MethodResult
+
+
+@contextlib.contextmanager
+def _in_empty_folders() -> Iterator[list[Path]]:
+    """Run with the working folder and ``NCCLEAN_CACHE`` pointed at fresh empty folders."""
+    with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as cache:
+        previous_cwd, previous_cache = os.getcwd(), os.environ.get("NCCLEAN_CACHE")
+        os.chdir(work)
+        os.environ["NCCLEAN_CACHE"] = cache
+        try:
+            yield [Path(work), Path(cache)]
+        finally:
+            os.chdir(previous_cwd)
+            if previous_cache is None:
+                os.environ.pop("NCCLEAN_CACHE", None)
+            else:
+                os.environ["NCCLEAN_CACHE"] = previous_cache
+
+
+def tiny_features(n_images: int = 24, captions_per_image: int = 3, noise: float = 0.3,
+                  seed: int = 0, lang: str = "en"):
+    """Features and a matcher configuration of a small noisy synthetic corpus (32 px images,
+    token captions, 64-d embeddings), with the ground truth ``(features, config, noisy_gt)``."""
+    from ncclean import api
+    from ncclean.data.corpus import read_corpus
+    from ncclean.models.features import build_features, build_vocabulary
+    from ncclean.models.matcher import MatcherConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        clean, noisy = Path(tmp) / "clean.parquet", Path(tmp) / "noisy.parquet"
+        api.synth(clean, n_images=n_images, captions_per_image=captions_per_image, lang=lang,
+                  seed=seed)
+        api.inject_noise(clean, noisy, ratio=noise, seed=seed)
+        corpus = read_corpus(noisy, image_size=32)
+        corpus.images = np.array(corpus.images)  # detach from the temporary folder
+        truth = np.array(corpus.source.read_columns(["noisy_gt"]).column(0).to_pylist())
+    config = MatcherConfig(embed_dim=64, image_size=32, cnn_width=16, word_dim=64,
+                           vocab=build_vocabulary(corpus.captions, min_freq=1).tokens)
+    return build_features(corpus, config), config, truth
+
+
+def check_method(method: Method, *, seed: int = 0) -> MethodResult:
+    """Run ``method`` through the conformance checks; raise ``AssertionError`` naming the first
+    broken rule. Returns the first run's result for further assertions."""
+    features, config, _ = tiny_features(seed=seed)
+    n = features.n_pairs
+    results = []
+    with _in_empty_folders() as folders:
+        for _ in range(2):
+            context = Context(seed=seed, matcher_config=config)
+            results.append(method.fit(features, context))
+        written = [str(p) for folder in folders for p in folder.rglob("*")]
+    assert not written, f"{method.name} wrote files: {written[:5]}"
+
+    first, second = results
+    prob = np.asarray(first.clean_prob)
+    assert prob.shape == (n,), f"{method.name}: clean_prob has shape {prob.shape}, expected ({n},)"
+    assert np.isfinite(prob).all(), f"{method.name}: clean_prob holds NaN or infinity"
+    assert prob.min() >= 0.0 and prob.max() <= 1.0, f"{method.name}: clean_prob outside [0, 1]"
+    for name, values in first.columns.items():
+        assert name.startswith(f"{method.name}_"), \
+            f"{method.name}: column {name!r} must be named {method.name}_<signal>"
+        assert np.asarray(values).shape == (n,), f"{method.name}: column {name!r} has shape " \
+            f"{np.asarray(values).shape}, expected ({n},)"
+    assert np.array_equal(prob, np.asarray(second.clean_prob)), \
+        f"{method.name}: the same seed gave different clean_prob"
+    for name, values in first.columns.items():
+        assert np.array_equal(np.asarray(values), np.asarray(second.columns[name]),
+                              equal_nan=True), f"{method.name}: the same seed gave different {name}"
+    if first.noise_rate is not None:
+        assert 0.0 <= first.noise_rate <= 1.0, f"{method.name}: noise_rate outside [0, 1]"
+    if method.trains_matcher:
+        assert first.matcher is not None and hasattr(first.matcher, "encode_images"), \
+            f"{method.name}: trains a matcher but returns none"
+    return first

@@ -1,0 +1,40 @@
+import numpy as np
+
+from ncclean.evaluate.detection import detection_metrics
+from ncclean.methods.base import Context
+from ncclean.methods.gmm import GMM, schedule
+from ncclean.testing import check_method, tiny_features
+
+SMALL = dict(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64)
+
+
+def test_passes_the_conformance_suite():
+    result = check_method(GMM(**SMALL))
+    assert set(result.columns) == {"gmm_loss", "gmm_sim", "gmm_label"}
+    assert len(result.report["mixtures"]) == 2 and 0 <= result.noise_rate <= 1
+
+
+def test_finds_injected_noise_on_a_synthetic_corpus():
+    features, config, truth = tiny_features(n_images=60, captions_per_image=3, noise=0.4)
+    result = GMM(warmup_epochs=6, epochs=6, batch_size=32, lr=5e-4).fit(
+        features, Context(seed=0, matcher_config=config))
+    metrics = detection_metrics(truth[features.rows], result.clean_prob)
+    assert metrics.auroc > 0.75, metrics  # chance is 0.5
+    noisy = truth[features.rows]
+    assert result.columns["gmm_loss"][noisy].mean() > result.columns["gmm_loss"][~noisy].mean()
+    assert result.columns["gmm_sim"][noisy].mean() < result.columns["gmm_sim"][~noisy].mean()
+
+
+def test_epoch_rule_scales_with_corpus_size():
+    assert schedule(8_000, 128, None, None) == (5, 20)
+    assert schedule(500, 128, None, None) == (10, 40)
+    assert schedule(1_000_000, 128, None, None) == (1, 4)
+    assert schedule(8_000, 128, 2, 7) == (2, 7)
+
+
+def test_final_mean_averages_the_divisions():
+    features, config, _ = tiny_features(n_images=20)
+    last = GMM(**SMALL, final="last").fit(features, Context(seed=1, matcher_config=config))
+    mean = GMM(**SMALL).fit(features, Context(seed=1, matcher_config=config))
+    assert not np.array_equal(last.clean_prob, mean.clean_prob)
+    assert np.array_equal(last.columns["gmm_loss"], mean.columns["gmm_loss"])
