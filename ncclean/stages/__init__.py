@@ -1,0 +1,1 @@
+"""Stages that run after any method: partition, significance, pseudo-captions."""
