@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ncclean import __version__
-from ncclean.cli import inspect, noise, synth
+from ncclean.cli import inspect, methods, noise, score, synth
 
 
 @dataclass
@@ -49,6 +49,8 @@ def main_options(
     state.debug = debug
 
 
+app.command("score")(score.score)
+app.command("methods")(methods.methods)
 app.command("synth")(synth.synth)
 app.command("inject-noise")(noise.inject_noise)
 app.command("inspect")(inspect.inspect)

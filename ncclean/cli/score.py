@@ -1,0 +1,114 @@
+"""``ncclean score``: score every pair with a method and write the output contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from ncclean.cli import options
+
+
+def _params(values: list[str] | None) -> dict[str, str]:
+    from ncclean.errors import BadOptionError
+
+    params = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadOptionError(f"--param takes KEY=VALUE, got {item!r}")
+        params[key.strip()] = value.strip()
+    return params
+
+
+def score(
+    input: Annotated[Path, typer.Argument(help="Parquet file or folder of shards.",
+                                          show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write.")],
+    method: Annotated[str, typer.Option(help="Method name (see 'ncclean methods').")] = "gmm",
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", help="A method parameter as KEY=VALUE (repeatable), e.g. -p epochs=10; "
+        "'ncclean methods NAME' lists them.")] = None,
+    epochs: Annotated[int | None, typer.Option(
+        min=1, help="Shortcut for -p epochs=N [default: the method's rule for the corpus "
+        "size].", show_default=False)] = None,
+    image_encoder: Annotated[Literal["auto", "pixels", "column"], typer.Option(
+        help="pixels: a CNN trained on the images; column: --image-emb-col vectors.")] = "auto",
+    text_encoder: Annotated[Literal["auto", "tokens", "e5", "column"], typer.Option(
+        help="tokens: a GRU over words; e5: frozen multilingual-e5-small (extra 'e5'); "
+        "column: --text-emb-col vectors.")] = "auto",
+    image_size: Annotated[int, typer.Option(
+        min=8, help="Side of the decoded images (pixels encoder).", rich_help_panel="Matcher")]
+    = 64,
+    embed_dim: Annotated[int, typer.Option(
+        min=2, help="Width of the joint embedding.", rich_help_panel="Matcher")] = 256,
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed writes the same file.")]
+    = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    clean_above: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="clean_prob at or above this is clean.",
+        rich_help_panel="Partition")] = 0.5,
+    noisy_below: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="clean_prob below this is noisy; between the two is vague.",
+        rich_help_panel="Partition")] = 0.5,
+    noise_rate: Annotated[str | None, typer.Option(
+        help="Cut by a noise rate instead: the lowest RATE share is noisy. A number, or 'auto' "
+        "for the method's estimate.", rich_help_panel="Partition")] = None,
+    load_matcher: Annotated[Path | None, typer.Option(
+        help="Start from a saved matcher (.safetensors) instead of training from scratch.",
+        rich_help_panel="Matcher")] = None,
+    save_matcher: Annotated[Path | None, typer.Option(
+        help="Save the trained matcher here (.safetensors + .json).",
+        rich_help_panel="Matcher")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option(
+        help="Save the training state here after every epoch.", rich_help_panel="Matcher")]
+    = None,
+    resume: Annotated[bool, typer.Option(
+        help="Continue from the state in --checkpoint-dir.", rich_help_panel="Matcher")] = False,
+    cache_dir: Annotated[Path | None, typer.Option(
+        help="Where decoded images and frozen text vectors are cached [default: "
+        "$NCCLEAN_CACHE or ~/.cache/ncclean].", show_default=False)] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the cache.")]
+    = False,
+    max_image_pixels: Annotated[int | None, typer.Option(
+        min=1, help="Images with more pixels are invalid [default: 89,478,485].",
+        show_default=False)] = None,
+    caption_col: options.CaptionCol = "caption",
+    image_col: options.ImageCol = "image",
+    id_col: options.IdCol = None,
+    image_id_col: options.ImageIdCol = None,
+    image_emb_col: options.ImageEmbCol = None,
+    text_emb_col: options.TextEmbCol = None,
+    strict: options.Strict = False,
+    json_: options.Json = False,
+) -> None:
+    """Score every pair and write the input's rows back with clean_prob, partition and the
+    method's columns (plus OUTPUT.json)."""
+    from ncclean import api
+    from ncclean.cli.render import console, print_json, progress_bars, render_score
+
+    params = _params(param)
+    if epochs is not None:
+        params["epochs"] = str(epochs)
+    rate: float | str | None = noise_rate
+    if noise_rate is not None and noise_rate != "auto":
+        try:
+            rate = float(noise_rate)
+        except ValueError:
+            rate = noise_rate  # the library says what is wrong with it
+    columns = options.columns(caption_col, image_col, id_col, image_id_col, image_emb_col,
+                              text_emb_col)
+    with progress_bars(not json_) as progress:
+        summary = api.score(
+            input, output, method=method, params=params, columns=columns,
+            image_encoder=image_encoder, text_encoder=text_encoder, embed_dim=embed_dim,
+            image_size=image_size, seed=seed, device=device,
+            clean_above=clean_above, noisy_below=noisy_below, noise_rate=rate,
+            load_matcher=load_matcher, save_matcher=save_matcher, checkpoint_dir=checkpoint_dir,
+            resume=resume, cache_dir=False if no_cache else (cache_dir or True), strict=strict,
+            max_image_pixels=max_image_pixels, progress=progress)
+    if json_:
+        print_json(summary.as_dict())
+        return
+    render_score(console(), summary)

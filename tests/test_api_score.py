@@ -1,0 +1,130 @@
+"""``score`` end to end on tiny corpora: the output contract, determinism, bad input."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from ncclean import api
+from ncclean.cli import main
+from ncclean.errors import BadOptionError, OutputError
+from tests.helpers import write_parquet
+
+FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
+SMALL_MATCHER = dict(embed_dim=32, image_size=32)
+
+
+@pytest.fixture(scope="module")
+def noisy(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("score")
+    api.synth(folder / "clean.parquet", n_images=30, captions_per_image=3, seed=0)
+    api.inject_noise(folder / "clean.parquet", folder / "noisy.parquet", ratio=0.4, seed=0)
+    return folder / "noisy.parquet"
+
+
+def score(noisy, out, **kwargs):
+    options = dict(params=FAST, cache_dir=out.parent / "cache", **SMALL_MATCHER) | kwargs
+    return api.score(noisy, out, **options)
+
+
+def test_output_contract_and_summary(noisy, tmp_path):
+    summary = score(noisy, tmp_path / "scored.parquet")
+    table = pq.read_table(summary.output)
+    source = pq.read_table(noisy)
+    assert table.num_rows == source.num_rows == summary.n_pairs == 90
+    assert table.column_names[:len(source.column_names)] == source.column_names
+    assert table.column("id").to_pylist() == source.column("id").to_pylist()
+    for name in ("clean_prob", "partition", "significance", "pseudo_caption",
+                 "pseudo_caption_id", "pseudo_caption_score", "invalid_reason", "gmm_loss",
+                 "gmm_sim", "gmm_label"):
+        assert name in table.column_names
+    prob = np.array(table.column("clean_prob").to_pylist())
+    assert ((prob >= 0) & (prob <= 1)).all()
+    sidecar = json.loads((tmp_path / "scored.parquet.json").read_text())
+    assert sidecar["method"] == "gmm" and sidecar["seed"] == 0
+    assert sidecar["params"]["epochs"] == 2
+    assert sidecar["partition_counts"] == summary.partition_counts
+    assert sum(summary.partition_counts.values()) == 90
+    assert len(sidecar["report"]["mixtures"]) == 2
+    assert sidecar["estimated_noise_rate"] == pytest.approx(summary.noise_rate)
+
+
+def test_same_seed_byte_identical_output(noisy, tmp_path):
+    score(noisy, tmp_path / "a.parquet", seed=5)
+    score(noisy, tmp_path / "b.parquet", seed=5)
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+
+
+def test_invalid_rows_are_kept_and_marked(tmp_path):
+    api.synth(tmp_path / "s.parquet", n_images=12, captions_per_image=3, seed=1)
+    table = pq.read_table(tmp_path / "s.parquet").to_pydict()
+    table["caption"][4] = "   "
+    table["image"][6] = b"not a png"  # the first row of image 2, which its captions share
+    write_parquet(tmp_path / "bad.parquet", table)
+    summary = score(tmp_path / "bad.parquet", tmp_path / "out.parquet")
+    out = pq.read_table(summary.output).to_pylist()
+    assert len(out) == 36 and summary.n_invalid == 4  # row 4 and the 3 captions of image 2
+    assert out[4]["partition"] == "invalid" and out[4]["invalid_reason"] == "empty caption"
+    assert out[7]["clean_prob"] is None and out[7]["gmm_loss"] is None
+    assert out[7]["invalid_reason"].startswith("undecodable image")
+    assert summary.partition_counts["invalid"] == 4
+
+
+def test_noise_rate_cut(noisy, tmp_path):
+    summary = score(noisy, tmp_path / "r.parquet", noise_rate=0.25)
+    assert summary.partition_counts["noisy"] == round(0.25 * 90)
+    auto = score(noisy, tmp_path / "auto.parquet", noise_rate="auto")
+    assert auto.partition_counts["noisy"] == round(auto.noise_rate * 90)
+
+
+def test_save_and_load_matcher(noisy, tmp_path):
+    score(noisy, tmp_path / "a.parquet", save_matcher=tmp_path / "m.safetensors")
+    assert (tmp_path / "m.safetensors.json").exists()
+    loaded = score(noisy, tmp_path / "b.parquet", load_matcher=tmp_path / "m.safetensors",
+                   params={**FAST, "epochs": "1"})
+    sidecar = json.loads((tmp_path / "b.parquet.json").read_text())
+    assert sidecar["matcher"]["loaded_from"].endswith("m.safetensors")
+    assert sidecar["report"]["warmup_epochs"] == 0  # a loaded matcher needs no warm-up
+    assert loaded.n_pairs == 90
+
+
+def test_precomputed_embedding_columns(tmp_path, rng):
+    n = 60
+    image = rng.normal(size=(n, 8)).astype(np.float32)
+    text = image + 0.1 * rng.normal(size=(n, 8)).astype(np.float32)
+    text[:20] = rng.normal(size=(20, 8))  # the first 20 pairs are mismatched
+    write_parquet(tmp_path / "emb.parquet", {"caption": [f"c{i}" for i in range(n)],
+                                             "img": list(image), "txt": list(text)})
+    from ncclean.data.schema import Columns
+
+    summary = score(tmp_path / "emb.parquet", tmp_path / "o.parquet",
+                    columns=Columns(image_emb="img", text_emb="txt"))
+    prob = np.array(pq.read_table(summary.output).column("clean_prob").to_pylist())
+    assert prob[:20].mean() < prob[20:].mean()
+
+
+def test_refuses_bad_requests_before_training(noisy, tmp_path):
+    with pytest.raises(OutputError):
+        score(noisy, noisy)
+    with pytest.raises(BadOptionError, match="no CUDA device"):
+        score(noisy, tmp_path / "x.parquet", device="cuda")
+    with pytest.raises(BadOptionError, match="needs --image-emb-col"):
+        score(noisy, tmp_path / "x.parquet", image_encoder="column")
+    with pytest.raises(BadOptionError, match="--noise-rate"):
+        score(noisy, tmp_path / "x.parquet", noise_rate="most")
+
+
+def test_cli_score_json_and_errors(noisy, tmp_path, capsys):
+    args = ["score", str(noisy), "-o", str(tmp_path / "cli.parquet"), "--json", "--image-size",
+            "32", "--embed-dim", "32", "--cache-dir", str(tmp_path / "cache")]
+    for key, value in FAST.items():
+        args += ["-p", f"{key}={value}"]
+    assert main(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["n_pairs"] == 90 and printed["method"] == "gmm"
+    assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "--method", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown method 'nope'; valid methods: gmm" in err and len(err.splitlines()) == 1
+    assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "-p", "epochs"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
