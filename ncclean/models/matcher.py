@@ -35,6 +35,7 @@ class MatcherConfig:
     embed_dim: int = 256
     image_size: int = 64
     cnn_width: int = 32
+    augment: bool = True
     word_dim: int = 300
     max_tokens: int = 16
     image_in_dim: int | None = None
@@ -52,7 +53,7 @@ class MatcherConfig:
 
 def _image_tower(config: MatcherConfig) -> nn.Module:
     if config.image_tower == "pixels":
-        return PixelCNN(config.embed_dim, config.cnn_width)
+        return PixelCNN(config.embed_dim, config.cnn_width, config.augment)
     if config.image_tower == "column":
         return VectorMLP(int(config.image_in_dim or 0), config.embed_dim)
     raise ValueError(f"unknown image tower {config.image_tower!r}")
