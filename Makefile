@@ -24,11 +24,11 @@ test: $(STAMP) lint
 test-all: $(STAMP)
 	$(BIN)/pytest
 
+# The demo scores a small real corpus: 300 clip-art pairs (examples/) with 30% injected noise.
 demo: $(STAMP)
 	@mkdir -p demo
-	$(BIN)/ncclean synth -o demo/shapes.parquet --n-images 200 --captions-per-image 5 --seed 0
-	$(BIN)/ncclean inject-noise demo/shapes.parquet -o demo/shapes-noisy.parquet --ratio 0.5 --seed 0
-	$(BIN)/ncclean inspect demo/shapes-noisy.parquet
+	$(BIN)/ncclean inject-noise examples/clipart-300.parquet -o demo/clipart-noisy.parquet --ratio 0.3 --seed 0 --move-with-image category
+	$(BIN)/ncclean score demo/clipart-noisy.parquet -o demo/clipart-scored.parquet --seed 0 --epochs 15 --cache-dir demo/cache
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .ruff_cache
