@@ -1,0 +1,161 @@
+"""Quality benchmark: how well a method finds injected noise, and what it costs.
+
+For a corpus (the clip-art corpus by default, or a synthetic one), inject per-caption noise at
+each requested ratio, score with ``ncclean score`` in a child process (so wall time and peak
+memory are the run's own), and report against ``noisy_gt``:
+
+- detection AUROC and AP of ``clean_prob``, precision / recall / F1 of the ``noisy`` partition;
+- the share of truly noisy pairs in each partition;
+- AUROC separately for pairs whose caption is unique in the corpus and for repeated captions;
+- wall time and the child's peak resident memory.
+
+Examples::
+
+    python benchmarks/quality.py --noise 0.2 0.5 0.8
+    python benchmarks/quality.py --corpus synth --noise 0.5 --record
+    python benchmarks/quality.py --method gmm -p epochs=0      # warm-up only: the plain loss-GMM
+
+``--record`` appends the table, with the exact command, to ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CLIPART = HERE.parent.parent / "shared" / "data" / "clipart" / "clipart.parquet"
+
+
+def run_child(command: list[str]) -> tuple[str, float, float]:
+    """Run ``command``; return its stdout, wall seconds and peak RSS in MB (from ``wait4``, so it
+    is this child's own peak)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        began = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - began
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode:
+            sys.exit(f"command failed ({child.returncode}): {shlex.join(command)}\n{err.read()}")
+        return out.read(), seconds, usage.ru_maxrss / 1024
+
+
+def measure(scored: Path, captions_all: list[str]) -> dict:
+    from ncclean.evaluate.detection import detection_metrics
+
+    table = pq.read_table(scored, columns=["caption", "noisy_gt", "clean_prob", "partition"])
+    partition = np.array(table.column("partition").to_pylist())
+    valid = partition != "invalid"
+    truth = np.array(table.column("noisy_gt").to_pylist(), dtype=bool)[valid]
+    clean_prob = np.array(table.column("clean_prob").to_pylist(), dtype=float)[valid]
+    partition = partition[valid]
+    metrics = detection_metrics(truth, clean_prob, flagged=partition == "noisy").as_dict()
+    counts: dict[str, int] = {}
+    for caption in captions_all:
+        counts[caption] = counts.get(caption, 0) + 1
+    captions = np.array(table.column("caption").to_pylist(), dtype=object)[valid]
+    repeated = np.array([counts[c] > 1 for c in captions])
+    for name, mask in (("unique", ~repeated), ("repeated", repeated)):
+        sub = detection_metrics(truth[mask], clean_prob[mask]) if mask.sum() > 1 else None
+        metrics[f"auroc_{name}"] = sub.auroc if sub else float("nan")
+        metrics[f"n_{name}"] = int(mask.sum())
+    for name in ("clean_significant", "clean_insignificant", "vague", "noisy"):
+        inside = partition == name
+        metrics[f"noisy_in_{name}"] = float(truth[inside].mean()) if inside.any() else float("nan")
+        metrics[f"size_{name}"] = int(inside.sum())
+    metrics["realised_noise"] = float(truth.mean())
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", default="clipart",
+                        help="clipart, synth, or a Parquet path [default: clipart]")
+    parser.add_argument("--method", default="gmm")
+    parser.add_argument("--noise", type=float, nargs="+", default=[0.2, 0.5, 0.8])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-p", "--param", action="append", default=[],
+                        help="method parameter KEY=VALUE, passed to ncclean score")
+    parser.add_argument("--score-args", default="", help="more ncclean score arguments, quoted")
+    parser.add_argument("--synth-images", type=int, default=500)
+    parser.add_argument("--record", action="store_true", help="append to benchmarks/RESULTS.md")
+    parser.add_argument("--label", default="", help="a note for the recorded table")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="ncclean-bench-"))
+    python = [sys.executable, "-m", "ncclean"]
+    if args.corpus == "clipart":
+        corpus, move = DEFAULT_CLIPART, ["--move-with-image", "category"]
+    elif args.corpus == "synth":
+        corpus, move = work / "synth.parquet", ["--move-with-image", "scene"]
+        run_child(python + ["synth", "-o", str(corpus), "--n-images", str(args.synth_images),
+                            "--seed", str(args.seed)])
+    else:
+        corpus, move = Path(args.corpus), []
+    captions_all = pq.read_table(corpus, columns=["caption"]).column(0).to_pylist()
+
+    rows = []
+    for ratio in args.noise:
+        noisy, scored = work / f"noisy-{ratio}.parquet", work / f"scored-{ratio}.parquet"
+        run_child(python + ["inject-noise", str(corpus), "-o", str(noisy), "--ratio", str(ratio),
+                            "--seed", str(args.seed), *move])
+        command = python + ["score", str(noisy), "-o", str(scored), "--method", args.method,
+                            "--seed", str(args.seed), "--json"]
+        for item in args.param:
+            command += ["-p", item]
+        command += shlex.split(args.score_args)
+        stdout, seconds, peak = run_child(command)
+        summary = json.loads(stdout)
+        metrics = measure(scored, captions_all)
+        metrics |= {"ratio": ratio, "seconds": seconds, "peak_mb": peak,
+                    "estimated_noise": summary["noise_rate"]}
+        rows.append(metrics)
+        print(json.dumps(metrics), flush=True)
+
+    table = render(args, rows)
+    print(table)
+    if args.record:
+        shown = ["python", "benchmarks/quality.py", *(argv if argv is not None else sys.argv[1:])]
+        with open(HERE / "RESULTS.md", "a") as handle:
+            handle.write(f"\n```\n{shlex.join(a for a in shown if a != '--record')}\n```\n")
+            handle.write(table + "\n")
+
+
+def render(args: argparse.Namespace, rows: list[dict]) -> str:
+    name = Path(args.corpus).stem if args.corpus not in ("clipart", "synth") else args.corpus
+    params = " ".join(args.param + ([args.score_args] if args.score_args else []))
+    head = (f"**{name}, {args.method}{' ' + params if params else ''}, seed {args.seed}**"
+            f"{' - ' + args.label if args.label else ''}\n\n"
+            "| noise (realised) | AUROC | AP | P | R | F1 | noisy in clean / vague / noisy | "
+            "AUROC unique / repeated | est. noise | time | peak RSS |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        lines.append(
+            f"| {r['ratio']:.0%} ({r['realised_noise']:.1%}) | {r['auroc']:.3f} | {r['ap']:.3f} | "
+            f"{r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} | "
+            f"{_pct(r['noisy_in_clean_significant'])} / {_pct(r['noisy_in_vague'])} / "
+            f"{_pct(r['noisy_in_noisy'])} | {r['auroc_unique']:.3f} / {r['auroc_repeated']:.3f} | "
+            f"{_pct(r['estimated_noise'])} | {r['seconds']:.0f} s | {r['peak_mb']:.0f} MB |")
+    return head + "\n".join(lines) + "\n"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.0%}"
+
+
+if __name__ == "__main__":
+    main()
