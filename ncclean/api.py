@@ -237,7 +237,8 @@ def inspect(input: PathLike, columns: Columns = Columns(), *, strict: bool = Fal
 @dataclass(frozen=True)
 class ScoreSummary:
     """What :func:`score` did: where the output is, its partition counts, the estimated noise
-    rate, and how long each phase took (seconds)."""
+    rate, how well injected noise was found (when the input has ``noisy_gt``), and how long each
+    phase took (seconds)."""
 
     input: Path
     output: Path
@@ -249,6 +250,7 @@ class ScoreSummary:
     noise_rate: float | None
     seconds: dict[str, float]
     detection: dict[str, float] | None = None
+    n_pseudo_captions: int = 0
 
     def as_dict(self) -> dict:
         return _as_dict(self)
@@ -266,74 +268,17 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BadOptionError("--device cuda: no CUDA device is available (torch "
                              f"{torch.__version__}); use --device cpu or auto")
-    if device not in ("cpu",) and not device.startswith("cuda"):
+    if device != "cpu" and not device.startswith("cuda"):
         raise BadOptionError(f"--device must be auto, cpu or cuda, got {device!r}")
     return device
 
 
-def score(
-    input: PathLike,
-    output: PathLike,
-    *,
-    method: str = "gmm",
-    params: dict | None = None,
-    columns: Columns = Columns(),
-    image_encoder: str = "auto",
-    text_encoder: str = "auto",
-    embed_dim: int = 256,
-    image_size: int = 64,
-    seed: int = 0,
-    device: str = "auto",
-    clean_above: float = 0.5,
-    noisy_below: float = 0.5,
-    noise_rate: float | str | None = None,
-    load_matcher: PathLike | None = None,
-    save_matcher: PathLike | None = None,
-    checkpoint_dir: PathLike | None = None,
-    resume: bool = False,
-    cache_dir: PathLike | None | bool = True,
-    strict: bool = False,
-    max_image_pixels: int | None = None,
-    progress: Progress = no_progress,
-) -> ScoreSummary:
-    """Score every pair of ``input`` with ``method`` and write the output contract to
-    ``output`` (plus ``<output>.json``).
-
-    Encoders: ``image_encoder`` ``pixels`` (a CNN trained on the decoded images) or ``column``
-    (``columns.image_emb``); ``text_encoder`` ``tokens`` (a GRU over words), ``e5`` (frozen
-    multilingual-e5-small) or ``column`` (``columns.text_emb``); ``auto`` picks ``column`` when
-    the embedding column is named. A loaded matcher brings its own encoders. Partitions follow
-    ``clean_above`` / ``noisy_below``, or ``noise_rate`` (a share, or ``"auto"`` for the method's
-    estimate). ``cache_dir=True`` uses the default cache; ``None``/``False`` disables it.
-    """
-    import time
-
-    import numpy as np
-
-    from ncclean.data.cache import default_cache_dir
-    from ncclean.data.corpus import read_corpus
-    from ncclean.data.images import DEFAULT_MAX_PIXELS
-    from ncclean.data.parquet import check_output_path
-    from ncclean.data.results import PairResults, partition_counts, write_results
-    from ncclean.data.schema import NOISY_GT
+def _matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embed_dim: int,
+                    image_size: int, load_matcher: PathLike | None, device: str):
+    """The matcher configuration (and the loaded matcher, if any) the options ask for."""
     from ncclean.errors import BadOptionError
-    from ncclean.methods.base import Context, make_method
     from ncclean.models.checkpoint import load_matcher as load_checkpoint
-    from ncclean.models.checkpoint import save_matcher as save_checkpoint
-    from ncclean.models.features import build_features, build_vocabulary
     from ncclean.models.matcher import IMAGE_TOWERS, TEXT_TOWERS, MatcherConfig
-    from ncclean.provenance import versions
-    from ncclean.stages.partition import Cut, partition
-
-    seconds: dict[str, float] = {}
-    began = time.perf_counter()
-    device = resolve_device(device)
-    chosen = make_method(method, params)
-    if isinstance(noise_rate, str) and noise_rate != "auto":
-        raise BadOptionError(f"--noise-rate must be a number in [0, 1] or auto, got {noise_rate!r}")
-    cut = Cut(clean_above, noisy_below, None if noise_rate in (None, "auto") else
-              float(noise_rate))
-    cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
 
     initial = None
     if load_matcher is not None:
@@ -353,6 +298,95 @@ def score(
         raise BadOptionError("the column image encoder needs --image-emb-col")
     if config.text_tower == "column" and not columns.text_emb:
         raise BadOptionError("the column text encoder needs --text-emb-col")
+    return config, initial
+
+
+def _scatter(values, rows, n: int, fill=float("nan")):
+    """``values`` of the scored pairs placed at their ``rows`` in an ``(n,)`` array."""
+    import numpy as np
+
+    values = np.asarray(values)
+    if values.dtype == object:
+        out = np.full(n, fill, dtype=object)
+    elif np.issubdtype(values.dtype, np.floating):
+        out = np.full(n, np.nan)
+    else:
+        out = np.zeros(n, dtype=values.dtype)
+    out[rows] = values
+    return out
+
+
+def score(
+    input: PathLike,
+    output: PathLike,
+    *,
+    method: str = "gmm",
+    params: dict | None = None,
+    columns: Columns = Columns(),
+    image_encoder: str = "auto",
+    text_encoder: str = "auto",
+    embed_dim: int = 256,
+    image_size: int = 64,
+    seed: int = 0,
+    device: str = "auto",
+    clean_above: float = 0.8,
+    noisy_below: float = 0.5,
+    noise_rate: float | str | None = None,
+    significance: str = "specificity",
+    significance_passes: int = 3,
+    pseudo_captions: bool = True,
+    load_matcher: PathLike | None = None,
+    save_matcher: PathLike | None = None,
+    checkpoint_dir: PathLike | None = None,
+    resume: bool = False,
+    cache_dir: PathLike | None | bool = True,
+    strict: bool = False,
+    max_image_pixels: int | None = None,
+    progress: Progress = no_progress,
+) -> ScoreSummary:
+    """Score every pair of ``input`` with ``method`` and write the output contract to
+    ``output`` (plus ``<output>.json``).
+
+    Encoders: ``image_encoder`` ``pixels`` (a CNN trained on the decoded images) or ``column``
+    (``columns.image_emb``); ``text_encoder`` ``tokens`` (a GRU over words), ``e5`` (frozen
+    multilingual-e5-small) or ``column`` (``columns.text_emb``); ``auto`` picks ``column`` when
+    the embedding column is named. A loaded matcher brings its own encoders.
+
+    Partitions: ``clean_prob < noisy_below`` is noisy, ``>= clean_above`` clean, the band between
+    vague; or ``noise_rate`` (a share, or ``"auto"`` for the method's estimate) marks the lowest
+    share noisy. Clean pairs are then split by ``significance`` (``specificity``, ``update`` with
+    ``significance_passes``, or ``off``: see :mod:`ncclean.stages.significance`), and noisy pairs
+    get pseudo-captions unless ``pseudo_captions=False``. ``cache_dir=True`` uses the default
+    cache; ``None``/``False`` disables it.
+    """
+    import time
+
+    import numpy as np
+
+    from ncclean.data.cache import default_cache_dir
+    from ncclean.data.corpus import read_corpus
+    from ncclean.data.images import DEFAULT_MAX_PIXELS
+    from ncclean.data.parquet import check_output_path
+    from ncclean.errors import BadOptionError
+    from ncclean.methods.base import Context, make_method
+    from ncclean.models.features import build_features, complete_config
+    from ncclean.stages.partition import Cut, partition
+    from ncclean.stages.significance import MODES
+
+    seconds: dict[str, float] = {}
+    began = time.perf_counter()
+    device = resolve_device(device)
+    chosen = make_method(method, params)
+    if isinstance(noise_rate, str) and noise_rate != "auto":
+        raise BadOptionError(f"--noise-rate must be a number in [0, 1] or auto, got {noise_rate!r}")
+    if significance not in (*MODES, "off"):
+        raise BadOptionError(f"--significance must be one of {', '.join(MODES)} or off, got "
+                             f"{significance!r}")
+    cut = Cut(clean_above, noisy_below, None if noise_rate in (None, "auto") else
+              float(noise_rate))
+    cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
+    config, initial = _matcher_config(columns, image_encoder, text_encoder, embed_dim,
+                                      image_size, load_matcher, device)
 
     corpus = read_corpus(
         input, columns, strict=strict,
@@ -360,90 +394,148 @@ def score(
         max_image_pixels=max_image_pixels or DEFAULT_MAX_PIXELS, cache_dir=cache,
         progress=progress)
     out = check_output_path(output, corpus.source)  # fail now, not after training
-    valid = corpus.valid
-    if valid.sum() < 2:
-        raise BadOptionError(f"{input}: only {int(valid.sum())} usable pairs; "
-                             "scoring needs at least 2 (see invalid_reason with ncclean inspect)")
-    if config.text_tower == "tokens" and config.vocab is None:
-        config.vocab = build_vocabulary([c for c, ok in zip(corpus.captions, valid) if ok]).tokens
-    if config.image_tower == "column":
-        config.image_in_dim = config.image_in_dim or corpus.image_emb.shape[1]
-    if config.text_tower == "column":
-        config.text_in_dim = config.text_in_dim or corpus.text_emb.shape[1]
-    if config.text_tower == "e5":
-        config.text_in_dim = 384
+    if corpus.valid.sum() < 2:
+        raise BadOptionError(f"{input}: only {int(corpus.valid.sum())} usable pairs; scoring "
+                             "needs at least 2 (see invalid_reason with ncclean inspect)")
+    complete_config(config, corpus)
     features = build_features(corpus, config, cache_dir=cache, progress=progress)
     seconds["read"] = time.perf_counter() - began
 
-    context = Context(seed=seed, device=device, progress=progress, matcher_config=config,
-                      initial=initial,
-                      checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
-                      resume=resume)
     fitted = time.perf_counter()
-    result = chosen.fit(features, context)
+    result = chosen.fit(features, Context(
+        seed=seed, device=device, progress=progress, matcher_config=config, initial=initial,
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None, resume=resume))
     seconds["method"] = time.perf_counter() - fitted
-
     clean_prob = np.asarray(result.clean_prob, dtype=np.float64)
     if clean_prob.shape != (features.n_pairs,):
         raise ValueError(f"method {method!r} returned {clean_prob.shape} scores for "
                          f"{features.n_pairs} pairs")
-    estimated = result.noise_rate
     if noise_rate == "auto":
-        if estimated is None:
+        if result.noise_rate is None:
             raise BadOptionError(f"--noise-rate auto: method {method!r} gives no estimate")
-        cut = Cut(clean_above, noisy_below, float(estimated))
+        cut = Cut(clean_above, noisy_below, float(result.noise_rate))
+
+    staged = time.perf_counter()
+    parts = partition(clean_prob, cut)
+    stages = _run_stages(result, features, clean_prob, parts, significance,
+                         significance_passes, pseudo_captions, seed, device, progress)
+    seconds["stages"] = time.perf_counter() - staged
+    return _write_scored(
+        corpus, features, out, result, clean_prob, parts, stages, seconds, began,
+        sidecar={"command": "score", "input": str(input), "method": method,
+                 "params": chosen.params(), "seed": seed, "device": device,
+                 "matcher": {k: v for k, v in config.to_dict().items() if k != "vocab"}
+                 | {"vocab_size": len(config.vocab) if config.vocab else None,
+                    "loaded_from": str(load_matcher) if load_matcher else None},
+                 "cut": {"clean_above": cut.clean_above, "noisy_below": cut.noisy_below,
+                         "noise_rate": cut.noise_rate,
+                         "noise_rate_source": "auto" if noise_rate == "auto" else
+                         ("given" if noise_rate is not None else None)}},
+        save_matcher=save_matcher)
+
+
+@dataclass
+class _Stages:
+    significance: object = None
+    donor: object = None
+    donor_score: object = None
+    report: dict | None = None
+
+
+def _run_stages(result, features, clean_prob, parts, significance: str, passes: int,
+                pseudo: bool, seed: int, device: str, progress: Progress) -> _Stages:
+    """Significance (splits the clean partition, in place) and pseudo-captions, after any
+    method. Both need the method's matcher or embeddings; without them they are skipped."""
+    import numpy as np
+
+    from ncclean.stages.pseudocaption import matcher_space, pseudo_captions
+    from ncclean.stages.significance import SignificanceConfig
+    from ncclean.stages.significance import significance as significance_stage
+    from ncclean.train.scoring import embed
+
+    stages = _Stages(report={})
+    embeddings = result.embeddings
+    if embeddings is None and result.matcher is not None:
+        embeddings = embed(result.matcher, features, device)
+    if embeddings is None:
+        stages.report["skipped"] = "the method returned neither a matcher nor embeddings"
+        return stages
+    clean = parts == "clean_significant"
+    if significance != "off" and (significance == "specificity" or result.matcher is not None):
+        values, report = significance_stage(
+            result.matcher, features, clean_prob, clean,
+            SignificanceConfig(mode=significance, passes=passes), seed=seed, device=device,
+            embeddings=embeddings, progress=progress)
+        parts[clean & (values < 1)] = "clean_insignificant"
+        stages.significance = values
+        stages.report["significance"] = report
+    if pseudo:
+        space = result.donor_space or matcher_space(embeddings, features)
+        donor, donor_score, report = pseudo_captions(
+            space, features, parts == "noisy",
+            np.isin(parts, ["clean_significant", "clean_insignificant"]))
+        stages.donor, stages.donor_score = donor, donor_score
+        stages.report["pseudo_captions"] = report
+    return stages
+
+
+def _write_scored(corpus, features, out, result, clean_prob, parts, stages: _Stages,
+                  seconds: dict[str, float], began: float, sidecar: dict,
+                  save_matcher: PathLike | None) -> ScoreSummary:
+    """Scatter the scored pairs back to input rows, write the output and sidecar, save the
+    matcher; return the summary."""
+    import time
+
+    import numpy as np
+
+    from ncclean.data.results import PairResults, partition_counts, write_results
+    from ncclean.data.schema import NOISY_GT
+    from ncclean.models.checkpoint import save_matcher as save_checkpoint
+    from ncclean.provenance import versions
 
     n, rows = corpus.n_pairs, features.rows
-    full_prob = np.full(n, np.nan)
-    full_prob[rows] = clean_prob
     full_partition = np.full(n, "invalid", dtype=object)
-    full_partition[rows] = partition(clean_prob, cut)
-    method_columns = {}
-    for name, values in result.columns.items():
-        values = np.asarray(values)
-        full = np.full(n, np.nan) if np.issubdtype(values.dtype, np.floating) else \
-            np.zeros(n, dtype=values.dtype)
-        full[rows] = values
-        method_columns[name] = full
-
+    full_partition[rows] = parts
+    donor_row = None
+    if stages.donor is not None:  # pair indices -> input rows
+        donor_row = np.full(n, -1, dtype=np.int64)
+        has = stages.donor >= 0
+        donor_row[rows[has]] = rows[stages.donor[has]]
     detection = None
     if NOISY_GT in corpus.source.schema.names:  # injected noise: say how well it was found
         from ncclean.evaluate.detection import detection_metrics
 
         truth = np.array(corpus.source.read_columns([NOISY_GT]).column(0).to_pylist(),
                          dtype=bool)[rows]
-        detection = detection_metrics(truth, clean_prob,
-                                      flagged=full_partition[rows] == "noisy").as_dict()
+        detection = detection_metrics(truth, clean_prob, flagged=parts == "noisy").as_dict()
 
     writing = time.perf_counter()
-    sidecar = {
-        "command": "score",
-        "input": str(input),
-        "method": method,
-        "params": chosen.params(),
-        "seed": seed,
-        "device": device,
-        "matcher": {k: v for k, v in config.to_dict().items() if k != "vocab"}
-        | {"vocab_size": len(config.vocab) if config.vocab else None,
-           "loaded_from": str(load_matcher) if load_matcher else None},
-        "cut": {"clean_above": cut.clean_above, "noisy_below": cut.noisy_below,
-                "noise_rate": cut.noise_rate, "noise_rate_source":
-                "auto" if noise_rate == "auto" else ("given" if noise_rate is not None
-                                                     else None)},
-        "estimated_noise_rate": estimated,
+    results = PairResults(
+        clean_prob=_scatter(clean_prob, rows, n), partition=full_partition,
+        significance=None if stages.significance is None else
+        _scatter(stages.significance, rows, n),
+        pseudo_caption_row=donor_row,
+        pseudo_caption_score=None if stages.donor_score is None else
+        _scatter(stages.donor_score, rows, n),
+        method_columns={name: _scatter(values, rows, n)
+                        for name, values in result.columns.items()})
+    written = write_results(corpus, out, results, sidecar | {
+        "estimated_noise_rate": result.noise_rate,
         "detection_vs_noisy_gt": detection,
+        "stages": stages.report,
         "report": result.report,
+        "seconds": seconds,
         "versions": versions("torch", "numpy", "pyarrow", "scikit-learn"),
-    }
-    results = PairResults(clean_prob=full_prob, partition=full_partition,
-                          method_columns=method_columns)
-    written = write_results(corpus, out, results, sidecar | {"seconds": seconds})
+    })
     if save_matcher is not None and result.matcher is not None:
-        save_checkpoint(save_matcher, result.matcher, {"method": method, "seed": seed,
-                                                       "trained_on": str(input)})
+        save_checkpoint(save_matcher, result.matcher, {"method": sidecar["method"],
+                                                       "seed": sidecar["seed"],
+                                                       "trained_on": sidecar["input"]})
     seconds["write"] = time.perf_counter() - writing
     seconds["total"] = time.perf_counter() - began
     return ScoreSummary(
-        input=Path(input), output=written, method=method, device=device, n_pairs=n,
-        n_invalid=corpus.n_invalid, partition_counts=partition_counts(full_partition),
-        noise_rate=estimated, seconds=seconds, detection=detection)
+        input=Path(sidecar["input"]), output=written, method=sidecar["method"],
+        device=sidecar["device"], n_pairs=n, n_invalid=corpus.n_invalid,
+        partition_counts=partition_counts(full_partition), noise_rate=result.noise_rate,
+        seconds=seconds, detection=detection,
+        n_pseudo_captions=0 if donor_row is None else int((donor_row >= 0).sum()))

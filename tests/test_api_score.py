@@ -50,6 +50,38 @@ def test_output_contract_and_summary(noisy, tmp_path):
     assert sidecar["estimated_noise_rate"] == pytest.approx(summary.noise_rate)
 
 
+def test_stages_fill_significance_and_pseudo_captions(noisy, tmp_path):
+    summary = score(noisy, tmp_path / "scored.parquet", clean_above=0.5)
+    table = pq.read_table(summary.output).to_pydict()
+    part = np.array(table["partition"], dtype=object)
+    clean = np.isin(part, ["clean_significant", "clean_insignificant"])
+    significance = np.array(table["significance"], dtype=float)
+    assert np.isfinite(significance[clean]).all() and np.isnan(significance[~clean]).all()
+    assert ((significance[clean] >= 1) == (part[clean] == "clean_significant")).all()
+    caption_of = dict(zip(table["id"], table["caption"]))
+    suggested = [i for i, c in enumerate(table["pseudo_caption"]) if c is not None]
+    assert suggested and all(part[i] == "noisy" for i in suggested)
+    assert len(suggested) == summary.n_pseudo_captions
+    for i in suggested:
+        donor = table["pseudo_caption_id"][i]
+        assert part[table["id"].index(donor)] in ("clean_significant", "clean_insignificant")
+        assert table["pseudo_caption"][i] == caption_of[donor] != table["caption"][i]
+        assert np.isfinite(table["pseudo_caption_score"][i])
+    sidecar = json.loads((tmp_path / "scored.parquet.json").read_text())
+    assert sidecar["stages"]["pseudo_captions"]["suggested"] == len(suggested)
+    assert "stages" in summary.seconds
+
+
+def test_stages_can_be_turned_off(noisy, tmp_path):
+    summary = score(noisy, tmp_path / "off.parquet", significance="off", pseudo_captions=False)
+    table = pq.read_table(summary.output).to_pydict()
+    assert "clean_insignificant" not in table["partition"]
+    assert all(v is None for v in table["significance"] + table["pseudo_caption"])
+    assert summary.n_pseudo_captions == 0
+    with pytest.raises(BadOptionError, match="significance"):
+        score(noisy, tmp_path / "bad.parquet", significance="vibes")
+
+
 def test_same_seed_byte_identical_output(noisy, tmp_path):
     score(noisy, tmp_path / "a.parquet", seed=5)
     score(noisy, tmp_path / "b.parquet", seed=5)

@@ -65,8 +65,8 @@ def render_score(out, summary) -> None:
     counts = summary.partition_counts
     seconds = summary.seconds
     out.print(f"[bold]score[/bold] ({summary.method}, {summary.device}): {summary.n_pairs:,} "
-              f"pairs in {seconds.get('total', 0):.1f} s "
-              f"(read {seconds.get('read', 0):.1f} s, method {seconds.get('method', 0):.1f} s)")
+              f"pairs in {seconds.get('total', 0):.1f} s (read {seconds.get('read', 0):.1f} s, "
+              f"method {seconds.get('method', 0):.1f} s, stages {seconds.get('stages', 0):.1f} s)")
     for name, count in counts.items():
         if count or name != "invalid":
             out.print(f"  {name:<20} {count:>9,}  {pct(count, summary.n_pairs):>6}")
@@ -76,4 +76,7 @@ def render_score(out, summary) -> None:
         d = summary.detection
         out.print(f"  against noisy_gt ({d['n_noisy']:,} noisy): AUROC {d['auroc']:.3f}, "
                   f"AP {d['ap']:.3f}, precision {d['precision']:.3f}, recall {d['recall']:.3f}")
+    if summary.n_pseudo_captions:
+        out.print(f"  pseudo-captions for {summary.n_pseudo_captions:,} of "
+                  f"{counts['noisy']:,} noisy pairs")
     out.print(f"  wrote {summary.output} (+ .json)")

@@ -48,13 +48,23 @@ def score(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     clean_above: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="clean_prob at or above this is clean.",
-        rich_help_panel="Partition")] = 0.5,
+        rich_help_panel="Partition")] = 0.8,
     noisy_below: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="clean_prob below this is noisy; between the two is vague.",
         rich_help_panel="Partition")] = 0.5,
     noise_rate: Annotated[str | None, typer.Option(
         help="Cut by a noise rate instead: the lowest RATE share is noisy. A number, or 'auto' "
         "for the method's estimate.", rich_help_panel="Partition")] = None,
+    significance: Annotated[Literal["specificity", "update", "off"], typer.Option(
+        help="How clean pairs split into significant and insignificant: specificity (does the "
+        "caption single out its image), update (SDD's memory-bank ratio), or off.",
+        rich_help_panel="Partition")] = "specificity",
+    significance_passes: Annotated[int, typer.Option(
+        min=1, help="Shuffled passes averaged by --significance update.",
+        rich_help_panel="Partition")] = 3,
+    pseudo_captions: Annotated[bool, typer.Option(
+        help="Suggest a clean caption for every noisy pair.", rich_help_panel="Partition")]
+    = True,
     load_matcher: Annotated[Path | None, typer.Option(
         help="Start from a saved matcher (.safetensors) instead of training from scratch.",
         rich_help_panel="Matcher")] = None,
@@ -105,6 +115,8 @@ def score(
             image_encoder=image_encoder, text_encoder=text_encoder, embed_dim=embed_dim,
             image_size=image_size, seed=seed, device=device,
             clean_above=clean_above, noisy_below=noisy_below, noise_rate=rate,
+            significance=significance, significance_passes=significance_passes,
+            pseudo_captions=pseudo_captions,
             load_matcher=load_matcher, save_matcher=save_matcher, checkpoint_dir=checkpoint_dir,
             resume=resume, cache_dir=False if no_cache else (cache_dir or True), strict=strict,
             max_image_pixels=max_image_pixels, progress=progress)

@@ -73,6 +73,10 @@ class MethodResult:
     arrays, each named ``<method>_<signal>``; ``matcher``: the trained matcher (or ensemble) the
     later stages score with; ``noise_rate``: the method's estimate of the share of noisy pairs;
     ``report``: JSON-ready facts for the sidecar (mixture parameters, per-epoch history).
+    Optional: ``embeddings`` (:class:`ncclean.train.scoring.Embeddings`) when the method already
+    has the matcher's embeddings or has no matcher; ``donor_space``
+    (:class:`ncclean.stages.pseudocaption.DonorSpace`) when pseudo-captions should be searched
+    in a space of the method's own.
     """
 
     clean_prob: np.ndarray
@@ -80,6 +84,8 @@ class MethodResult:
     matcher: Any = None
     noise_rate: float | None = None
     report: dict[str, Any] = field(default_factory=dict)
+    embeddings: Any = None
+    donor_space: Any = None
 
 
 @dataclass

@@ -105,6 +105,23 @@ def encode_tokens(texts: list[str], vocab: Vocabulary, max_tokens: int) \
     return ids, lengths
 
 
+def complete_config(config: MatcherConfig, corpus: Corpus) -> MatcherConfig:
+    """Fill what the corpus decides: the vocabulary of its valid captions (unless loaded) and
+    the widths of precomputed vectors. Changes and returns ``config``."""
+    from ncclean.models.e5 import E5_DIM
+
+    valid = corpus.valid
+    if config.text_tower == "tokens" and config.vocab is None:
+        config.vocab = build_vocabulary([c for c, ok in zip(corpus.captions, valid) if ok]).tokens
+    if config.image_tower == "column" and config.image_in_dim is None:
+        config.image_in_dim = corpus.image_emb.shape[1]
+    if config.text_tower == "column" and config.text_in_dim is None:
+        config.text_in_dim = corpus.text_emb.shape[1]
+    if config.text_tower == "e5":
+        config.text_in_dim = E5_DIM
+    return config
+
+
 def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | None = None,
                    progress: Progress = no_progress) -> Features:
     """Features of the valid pairs of ``corpus`` for a matcher with ``config``.

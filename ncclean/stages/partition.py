@@ -1,17 +1,21 @@
-"""From ``clean_prob`` to partitions: ``clean_significant``, ``vague`` and ``noisy``.
+"""From ``clean_prob`` to partitions: clean, ``vague`` and ``noisy``.
 
 Two ways to cut, after any method:
 
 - **thresholds** (default): ``clean_prob >= clean_above`` is clean, ``clean_prob < noisy_below``
-  is noisy, the band between is ``vague``. The defaults (0.5 and 0.5) are the papers' single cut
-  at the mixture's 0.5 posterior (no vague band); widen the band to send the uncertain pairs to
-  review. This is the SDD reading of "vague": pairs kept but with a low confidence weight.
+  is noisy, the band between is ``vague``. ``score`` defaults to 0.8 and 0.5: the papers' cut at
+  the mixture's 0.5 posterior decides what is noisy, and pairs the mixture is less than 80% sure
+  of are kept apart for review. This is SDD's reading of "vague" (Sec. 3.4): pairs kept for
+  training but with a low confidence weight, neither trusted nor discarded. ``Cut()`` itself
+  defaults to the single 0.5 cut (no band).
 - **a noise rate** (``noise_rate``): the ``round(rate * n)`` pairs with the lowest
   ``clean_prob`` are noisy, the rest clean. Use the method's estimate (``"auto"``, the mixture's
   noisy weight) or a known rate. At high noise this keeps a much cleaner set than the 0.5 cut
   (measured in the prototype at 80% noise: 53% noise kept instead of 65%).
 
-Until the significance stage exists, every clean pair is ``clean_significant``.
+Every clean pair leaves here as ``clean_significant``; the significance stage
+(:mod:`ncclean.stages.significance`) then moves the insignificant ones to
+``clean_insignificant``.
 """
 
 from __future__ import annotations

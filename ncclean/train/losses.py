@@ -62,14 +62,22 @@ def hardest_negative_hinge(sims: torch.Tensor, negatives: torch.Tensor,
         (margins - positive + hardest_image).clamp(min=0)
 
 
-def info_nce(sims: torch.Tensor, negatives: torch.Tensor,
-             temperature: float = 0.05) -> torch.Tensor:
-    """Symmetric InfoNCE: the mean of the image-to-text and text-to-image cross-entropies of the
-    positive against the valid negatives, logits ``sims / temperature``."""
+def contrastive_ce(sims: torch.Tensor, negatives: torch.Tensor,
+                   temperature: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two cross-entropies of InfoNCE, ``(B,)`` each: image-to-text (row softmax) and
+    text-to-image (column softmax) of the positive against the valid negatives, logits
+    ``sims / temperature``."""
     keep = negatives | torch.eye(len(sims), dtype=torch.bool, device=sims.device)
     logits = (sims / temperature).masked_fill(~keep, float("-inf"))
     image_to_text = -torch.log_softmax(logits, dim=1).diagonal()
     text_to_image = -torch.log_softmax(logits, dim=0).diagonal()
+    return image_to_text, text_to_image
+
+
+def info_nce(sims: torch.Tensor, negatives: torch.Tensor,
+             temperature: float = 0.05) -> torch.Tensor:
+    """Symmetric InfoNCE: the mean of :func:`contrastive_ce`'s two directions."""
+    image_to_text, text_to_image = contrastive_ce(sims, negatives, temperature)
     return (image_to_text + text_to_image) / 2
 
 

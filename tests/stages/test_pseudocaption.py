@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+
+from ncclean.models.features import Features
+from ncclean.stages.pseudocaption import DonorSpace, matcher_space, pseudo_captions
+from ncclean.train.scoring import Embeddings
+
+
+def unit(rows):
+    rows = np.asarray(rows, dtype=np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def setup():
+    # 4 images, 4 texts; pairs 0-2 clean and matching (pair 2 less well), pair 3 shows image 3
+    # (close to image 0) with a wrong caption.
+    images = unit([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0.9, 0.1, 0]])
+    texts = unit([[1, 0.05, 0], [0, 1, 0.05], [0.3, 0, 1], [0, 0.2, 1]])
+    features = Features(rows=np.arange(4), image_group=np.arange(4), text_group=np.arange(4),
+                        image_data=images, text_data=texts)
+    return Embeddings(images=images, texts=texts), features
+
+
+def test_the_best_clean_caption_for_the_image_is_suggested():
+    embeddings, features = setup()
+    noisy = np.array([False, False, False, True])
+    donor, score, report = pseudo_captions(matcher_space(embeddings, features), features, noisy,
+                                           ~noisy)
+    assert donor.tolist() == [-1, -1, -1, 0]
+    assert score[3] > 0.9 and np.isnan(score[:3]).all()
+    assert report["suggested"] == 1 and report["n_donors"] == 3
+
+
+def test_own_text_is_never_suggested_and_low_scores_are_withheld():
+    embeddings, features = setup()
+    features.text_group[0] = 3  # the best donor now has the noisy pair's own text
+    noisy = np.array([False, False, False, True])
+    donor, _, _ = pseudo_captions(matcher_space(embeddings, features), features, noisy, ~noisy)
+    assert donor[3] in (1, 2)
+    strict = DonorSpace(query=embeddings.images, key=embeddings.texts, name="t", min_score=0.99)
+    donor, score, report = pseudo_captions(strict, features, noisy, ~noisy)
+    assert donor[3] == -1 and np.isnan(score[3]) and report["suggested"] == 0
+
+
+def test_no_donors_no_suggestions():
+    embeddings, features = setup()
+    donor, _, report = pseudo_captions(matcher_space(embeddings, features), features,
+                                       np.ones(4, bool), np.zeros(4, bool))
+    assert (donor == -1).all() and report["suggested"] == 0
+
+
+def test_blocked_search_matches_brute_force(rng, monkeypatch):
+    import ncclean.stages.pseudocaption as module
+
+    n, d = 300, 16
+    images, texts = unit(rng.normal(size=(n, d))), unit(rng.normal(size=(n, d)))
+    features = Features(rows=np.arange(n), image_group=np.arange(n), text_group=np.arange(n),
+                        image_data=images, text_data=texts)
+    space = DonorSpace(query=images, key=texts, name="t", min_score=-1.0)
+    noisy = rng.random(n) < 0.3
+    monkeypatch.setattr(module, "_BLOCK", 7)
+    donor, score, _ = pseudo_captions(space, features, noisy, ~noisy)
+    donors = np.flatnonzero(~noisy)
+    for i in np.flatnonzero(noisy)[:20]:
+        j = donors[np.argmax(texts[donors] @ images[i])]
+        assert donor[i] == j and score[i] == pytest.approx(texts[j] @ images[i], abs=1e-6)

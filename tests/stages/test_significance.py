@@ -1,0 +1,65 @@
+import numpy as np
+import pytest
+
+from ncclean.methods.base import Context
+from ncclean.methods.gmm import GMM
+from ncclean.models.features import Features
+from ncclean.stages.significance import (
+    SignificanceConfig,
+    confident_pool,
+    nearest_in_pool,
+    significance,
+    specificity,
+)
+from ncclean.testing import tiny_features
+from ncclean.train.scoring import Embeddings
+
+
+def test_confident_pool_threshold_fallback_and_cap():
+    prob = np.linspace(0, 1, 101)
+    everyone = np.ones(101, bool)
+    assert confident_pool(prob, everyone, 0.9, 1000, 0).tolist() == list(range(90, 101))
+    few = confident_pool(prob, everyone, 1.5, 1000, 0)  # nobody passes: the top 10%
+    assert len(few) == 10 and few.min() == 91
+    assert len(confident_pool(prob, everyone, 0.0, 7, 0)) == 7
+
+
+def test_nearest_excludes_itself_and_its_image():
+    vectors = np.array([[1, 0], [0.99, 0.1], [0.98, 0.2], [0, 1]], dtype=np.float32)
+    image_group = np.array([0, 0, 1, 2])  # pairs 0 and 1 show the same image
+    nearest = nearest_in_pool(vectors, np.arange(4), np.arange(4), image_group)
+    assert nearest.tolist() == [2, 2, 1, 2]
+
+
+def test_specificity_is_low_for_captions_that_fit_many_images():
+    # Images 0-3 all look alike and carry the same caption text ("gramastar"); image 4 is
+    # distinct with its own caption.
+    images = np.array([[1, 0], [1, 0.01], [1, 0.02], [1, -0.01], [0, 1]], dtype=np.float32)
+    images /= np.linalg.norm(images, axis=1, keepdims=True)
+    texts = np.array([[1, 0], [0, 1]], dtype=np.float32)
+    features = Features(rows=np.arange(5), image_group=np.arange(5),
+                        text_group=np.array([0, 0, 0, 0, 1]), image_data=images,
+                        text_data=texts)
+    values = specificity(Embeddings(images, texts), features, np.ones(5, bool), np.arange(5),
+                         temperature=0.05)
+    assert values[4] > 1 > values[:4].max()
+
+
+def test_update_ratio_runs_and_is_deterministic():
+    features, config, _ = tiny_features(n_images=20)
+    result = GMM(warmup_epochs=1, epochs=1, batch_size=32, pool_size=32).fit(
+        features, Context(seed=0, matcher_config=config))
+    clean = result.clean_prob >= 0.5
+    settings = SignificanceConfig(mode="update", passes=2, batch_size=16)
+    first, report = significance(result.matcher, features, result.clean_prob, clean, settings)
+    again, _ = significance(result.matcher, features, result.clean_prob, clean, settings)
+    assert np.array_equal(first, again, equal_nan=True)
+    assert np.isfinite(first[clean]).all() and np.isnan(first[~clean]).all()
+    assert (first[clean] > 0).all()
+    assert len(report["label_agreement_with_mean"]) == 2
+
+
+def test_unknown_mode():
+    with pytest.raises(ValueError, match="specificity"):
+        significance(None, tiny_features(n_images=4)[0], np.ones(12), np.ones(12, bool),
+                     SignificanceConfig(mode="vibes"))
