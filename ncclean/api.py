@@ -539,3 +539,147 @@ def _write_scored(corpus, features, out, result, clean_prob, parts, stages: _Sta
         partition_counts=partition_counts(full_partition), noise_rate=result.noise_rate,
         seconds=seconds, detection=detection,
         n_pseudo_captions=0 if donor_row is None else int((donor_row >= 0).sum()))
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    """What :func:`split` wrote: one file per partition with its row count (they add up to the
+    input's), the noise estimates, the most confidently noisy pairs (for ``--report``) and the
+    HTML report's path if one was asked for."""
+
+    input: Path
+    out_dir: Path
+    n_rows: int
+    partition_counts: dict[str, int]
+    files: dict[str, str]
+    noise: dict
+    method: str | None
+    cut: dict | None
+    most_noisy: list[dict]
+    html: Path | None = None
+    html_bytes: int | None = None
+
+    def as_dict(self) -> dict:
+        return _as_dict(self)
+
+
+def split(input: PathLike, out_dir: PathLike, *, html: PathLike | None = None,
+          image_col: str = "image", caption_col: str = "caption", per_partition: int = 40,
+          top: int = 10, seed: int = 0) -> SplitSummary:
+    """Split a scored file into ``out_dir/<partition>.parquet`` (every partition, ``invalid``
+    included) and write ``out_dir/summary.json``; with ``html``, also the HTML report
+    (:mod:`ncclean.report.html`). The files' row counts are read back and must add up to the
+    input's."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from ncclean.data.parquet import write_json
+    from ncclean.data.split import split_by_partition
+    from ncclean.report.scored import fetch_rows, noise_estimate, open_scored
+
+    scored = open_scored(input)
+    out_dir = Path(out_dir)
+    paths = split_by_partition(scored.source, out_dir)
+    written = {name: pq.ParquetFile(path).metadata.num_rows for name, path in paths.items()}
+    if sum(written.values()) != scored.n_rows or written != scored.counts():
+        raise RuntimeError(f"split wrote {sum(written.values())} rows for {scored.n_rows} input "
+                           f"rows ({written} against {scored.counts()})")
+    noisy = scored.rows_in("noisy")
+    noisy = noisy[np.argsort(scored.clean_prob[noisy], kind="stable")[:top]]
+    values = fetch_rows(scored.source, noisy, ["id", caption_col, "pseudo_caption",
+                                                "pseudo_caption_score", "clean_prob"])
+    most_noisy = [{"row": int(r), **values.get(int(r), {})} for r in noisy]
+    html_path = html_size = None
+    if html is not None:
+        from ncclean.report.html import html_report, write_html
+
+        text = html_report(scored, image_col=image_col, caption_col=caption_col,
+                           per_partition=per_partition, seed=seed)
+        html_path = write_html(html, text)
+        html_size = html_path.stat().st_size
+    summary = SplitSummary(
+        input=Path(input), out_dir=out_dir, n_rows=scored.n_rows, partition_counts=written,
+        files={name: str(path) for name, path in paths.items()},
+        noise=noise_estimate(scored, seed).as_dict(), method=scored.sidecar.get("method"),
+        cut=scored.sidecar.get("cut"), most_noisy=most_noisy, html=html_path,
+        html_bytes=html_size)
+    write_json(out_dir / "summary.json", summary.as_dict() | {"scoring": scored.sidecar})
+    return summary
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of :func:`check`: ``passed``, one line saying why, the shares it judged
+    (``noisy`` and ``vague`` of the valid pairs, ``invalid`` of all rows) and the counts."""
+
+    input: Path
+    passed: bool
+    verdict: str
+    shares: dict[str, float]
+    partition_counts: dict[str, int]
+    limits: dict[str, float | None]
+    previous: dict[str, float] | None = None
+
+    def as_dict(self) -> dict:
+        return _as_dict(self)
+
+
+def _shares(counts: dict[str, int]) -> dict[str, float]:
+    total = sum(counts.values())
+    valid = total - counts.get("invalid", 0)
+    return {"noisy": counts.get("noisy", 0) / valid if valid else 0.0,
+            "vague": counts.get("vague", 0) / valid if valid else 0.0,
+            "invalid": counts.get("invalid", 0) / total if total else 0.0}
+
+
+def check(input: PathLike, *, max_noisy: float | None = None, max_vague: float | None = None,
+          max_invalid: float | None = None, against: PathLike | None = None,
+          max_increase: float = 0.01) -> CheckResult:
+    """Judge a scored file for a data-quality gate: it fails when the noisy (or vague) share of
+    valid pairs, or the invalid share of rows, exceeds its bound, or, ``against`` a previous
+    run's summary (a scored file's sidecar, ``split``'s ``summary.json`` or ``check --json``
+    output), when the noisy share grew by more than ``max_increase``."""
+    import json
+
+    from ncclean.errors import BadOptionError, NcCleanError
+    from ncclean.report.scored import open_scored
+
+    limits = {"noisy": max_noisy, "vague": max_vague, "invalid": max_invalid}
+    for name, bound in limits.items():
+        if bound is not None and not 0.0 <= bound <= 1.0:
+            raise BadOptionError(f"--max-{name} must lie in [0, 1], got {bound}")
+    if all(bound is None for bound in limits.values()) and against is None:
+        raise BadOptionError("nothing to check: give --max-noisy, --max-vague, --max-invalid "
+                             "or --against")
+    previous = None
+    if against is not None:
+        try:
+            earlier = json.loads(Path(against).read_text())
+            previous = _shares({k: int(v) for k, v in earlier["partition_counts"].items()})
+        except FileNotFoundError:
+            raise NcCleanError(f"--against {against}: no such file") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise NcCleanError(f"--against {against}: not a run summary with partition_counts "
+                               "(use a scored file's .json sidecar, split's summary.json or "
+                               "check --json output)") from None
+    counts = open_scored(input).counts()
+    shares = _shares(counts)
+    failures, fine = [], []
+    for name, bound in limits.items():
+        if bound is None:
+            continue
+        said = f"{name} {shares[name]:.1%}"
+        (failures if shares[name] > bound else fine).append(
+            f"{said} {'>' if shares[name] > bound else '<='} {bound:.1%}")
+    if previous is not None:
+        change = shares["noisy"] - previous["noisy"]
+        said = (f"noisy {shares['noisy']:.1%} against {previous['noisy']:.1%} before "
+                f"({change * 100:+.1f} points")
+        (failures if change > max_increase else fine).append(
+            f"{said}, {'over' if change > max_increase else 'within'} the allowed "
+            f"{max_increase * 100:+.1f})")
+    passed = not failures
+    verdict = ("PASS: " + "; ".join(fine)) if passed else ("FAIL: " + "; ".join(failures))
+    return CheckResult(input=Path(input), passed=passed, verdict=verdict, shares=shares,
+                       partition_counts=counts, limits=limits | {"max_increase": max_increase},
+                       previous=previous)

@@ -80,3 +80,55 @@ def render_score(out, summary) -> None:
         out.print(f"  pseudo-captions for {summary.n_pseudo_captions:,} of "
                   f"{counts['noisy']:,} noisy pairs")
     out.print(f"  wrote {summary.output} (+ .json)")
+
+
+def render_split(summary, report: bool) -> None:
+    """What ``ncclean split`` wrote; with ``report``, the counts table, the noise estimates and
+    the most confidently noisy pairs."""
+    out = console()
+    n = summary.n_rows
+    out.print(f"[bold]split[/bold] {summary.input}: {n:,} rows into {summary.out_dir}/ "
+              f"({sum(summary.partition_counts.values()):,} written, every row once)")
+    if not report:
+        for name, count in summary.partition_counts.items():
+            out.print(f"  {name}.parquet  {count:,}")
+    else:
+        from rich.table import Table
+
+        table = Table(title=f"method {summary.method or '?'}, cut {_describe_cut(summary.cut)}",
+                      title_justify="left")
+        for column in ("partition", "pairs", "share", "file"):
+            table.add_column(column, justify="left" if column in ("partition", "file")
+                             else "right")
+        for name, count in summary.partition_counts.items():
+            table.add_row(name, f"{count:,}", pct(count, n), summary.files[name])
+        out.print(table)
+        noise = summary.noise
+        lo, hi = noise["noisy_share_ci95"]
+        elo, ehi = noise["expected_noise_ci95"]
+        out.print(f"  noisy share of valid pairs {noise['noisy_share']:.1%} (95% CI {lo:.1%} - "
+                  f"{hi:.1%}); expected noise mean(1 - clean_prob) {noise['expected_noise']:.1%}"
+                  f" (95% CI {elo:.1%} - {ehi:.1%})")
+        if noise["method_estimate"] is not None:
+            out.print(f"  the method's own estimate: {noise['method_estimate']:.1%}")
+        if summary.most_noisy:
+            from rich.markup import escape
+
+            out.print(f"  the {len(summary.most_noisy)} most confidently noisy pairs:")
+            for item in summary.most_noisy:
+                caption = escape(str(item.get("caption", ""))[:70])
+                line = f"    row {item['row']} ({item.get('clean_prob') or 0:.3f}) {caption!r}"
+                if item.get("pseudo_caption") is not None:
+                    line += f" -> {escape(str(item['pseudo_caption'])[:60])!r}"
+                out.print(line)
+    if summary.html is not None:
+        out.print(f"  report: {summary.html} ({summary.html_bytes / 1e6:.1f} MB)")
+    out.print(f"  summary: {summary.out_dir / 'summary.json'}")
+
+
+def _describe_cut(cut) -> str:
+    if not cut:
+        return "?"
+    if cut.get("noise_rate") is not None:
+        return f"lowest {cut['noise_rate']:.1%} noisy"
+    return f"noisy < {cut.get('noisy_below')}, clean >= {cut.get('clean_above')}"

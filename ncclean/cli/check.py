@@ -1,0 +1,40 @@
+"""``ncclean check``: a data-quality gate for CI, exit 0 (pass) or 1 (fail)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ncclean.cli import options
+
+
+def check(
+    input: Annotated[Path, typer.Argument(help="A file written by 'ncclean score'.",
+                                          show_default=False)],
+    max_noisy: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Fail when more than this share of valid pairs is noisy.")] = None,
+    max_vague: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Fail when more than this share of valid pairs is vague.")] = None,
+    max_invalid: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Fail when more than this share of rows is invalid.")] = None,
+    against: Annotated[Path | None, typer.Option(
+        help="A previous run's summary (scored .json sidecar, split's summary.json, or check "
+        "--json output): fail when the noisy share grew by more than --max-increase.")] = None,
+    max_increase: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Allowed growth of the noisy share against --against.")] = 0.01,
+    json_: options.Json = False,
+) -> int:
+    """Exit 0 when the scored corpus is within the bounds, 1 when it is not, with a one-line
+    verdict; bad input is exit 2."""
+    from ncclean import api
+    from ncclean.cli.render import print_json
+
+    result = api.check(input, max_noisy=max_noisy, max_vague=max_vague, max_invalid=max_invalid,
+                       against=against, max_increase=max_increase)
+    if json_:
+        print_json(result.as_dict())
+    else:
+        typer.echo(result.verdict)
+    return 0 if result.passed else 1

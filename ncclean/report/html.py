@@ -1,0 +1,266 @@
+"""The HTML report of a scored corpus: one self-contained file (charts as inline SVG, thumbnails
+as data URIs, no scripts or network), sampled so that its size does not grow with the corpus.
+
+Sections: the run (method, thresholds, counts, noise estimates); the distribution of
+``clean_prob`` coloured by partition with the cut thresholds; the method's per-pair loss with the
+fitted mixture (when the sidecar has one); against ``noisy_gt`` when present, the ROC curve and a
+partition-by-truth table; and a gallery per partition (thumbnail, caption, score,
+pseudo-caption), at most ``per_partition`` pairs each.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from html import escape
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from ncclean.data.images import RowProblem, load_image_bytes
+from ncclean.data.results import PARTITIONS
+from ncclean.report.scored import Scored, fetch_rows, noise_estimate
+from ncclean.report.svg import Chart
+
+COLOURS = {"clean_significant": "#2a9d8f", "clean_insignificant": "#8ab17d",
+           "vague": "#e9c46a", "noisy": "#e76f51", "invalid": "#9e9e9e"}
+MAX_CAPTION = 300
+IMAGE_BUDGET = 12_000_000  # bytes of inlined thumbnails, whatever the corpus size
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left}
+.gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(180px,1fr));gap:10px}
+.card{border:1px solid #ddd;border-radius:4px;padding:6px;font-size:12px;overflow-wrap:anywhere}
+.card img{width:100%;height:150px;object-fit:contain;background:#fff}
+.noimg{height:120px;display:flex;align-items:center;justify-content:center;background:#eee}
+.score{color:#555}.pseudo{color:#1d6b3a}.swatch{display:inline-block;width:10px;height:10px}
+"""
+
+
+def thumbnail(data: bytes, size: int) -> str | None:
+    """A JPEG data URI of the image scaled to fit ``size`` (transparency on white); ``None``
+    when the bytes do not decode."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.draft("RGB", (size, size))
+            image.thumbnail((size, size))
+            if image.mode in ("RGBA", "LA", "PA", "P"):
+                image = image.convert("RGBA")
+                flat = Image.new("RGB", image.size, (255, 255, 255))
+                flat.paste(image, mask=image.getchannel("A"))
+                image = flat
+            buffer = io.BytesIO()
+            image.convert("RGB").save(buffer, "JPEG", quality=80)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _image_value(value):
+    if isinstance(value, dict):  # the Hugging Face {bytes, path} struct
+        return value.get("bytes") or value.get("path")
+    return value
+
+
+def sample_rows(scored: Scored, per_partition: int, seed: int) -> dict[str, np.ndarray]:
+    """Up to ``per_partition`` rows of each partition, drawn by seed, in ``clean_prob`` order
+    (the most confidently noisy first)."""
+    rng = np.random.default_rng([seed, 7])
+    out = {}
+    for name in PARTITIONS:
+        rows = scored.rows_in(name)
+        if len(rows) > per_partition:
+            rows = np.sort(rng.choice(rows, per_partition, replace=False))
+        prob = np.nan_to_num(scored.clean_prob[rows], nan=2.0)
+        out[name] = rows[np.argsort(prob, kind="stable")]
+    return out
+
+
+def html_report(scored: Scored, *, image_col: str = "image", caption_col: str = "caption",
+                per_partition: int = 40, thumb_size: int = 128, seed: int = 0) -> str:
+    """The report as one HTML string."""
+    counts = scored.counts()
+    n = scored.n_rows
+    side = scored.sidecar
+    estimate = noise_estimate(scored, seed)
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+             f"<title>ncclean report: {escape(scored.source.path.name)}</title>"
+             f"<style>{_STYLE}</style></head><body>",
+             f"<h1>ncclean report: {escape(str(scored.source.path))}</h1>",
+             _run_table(side, counts, n, estimate)]
+    parts.append("<h2>Clean probability by partition</h2>" + _probability_chart(scored, side))
+    mixture = _mixture_chart(scored, side)
+    if mixture:
+        parts.append("<h2>Per-pair loss and the fitted mixture</h2>" + mixture)
+    if scored.noisy_gt is not None:
+        parts.append("<h2>Against the injected noise (noisy_gt)</h2>" + _truth_section(scored))
+    parts.append(_galleries(scored, image_col, caption_col, per_partition, thumb_size, seed))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _run_table(side: dict, counts: dict[str, int], n: int, estimate) -> str:
+    cut = side.get("cut") or {}
+    rows = [("method", side.get("method", "?")), ("seed", side.get("seed", "?")),
+            ("clean at or above", cut.get("clean_above")), ("noisy below", cut.get("noisy_below")),
+            ("cut by noise rate", cut.get("noise_rate"))]
+    lo, hi = estimate.noisy_share_ci
+    elo, ehi = estimate.expected_ci
+    rows += [("noisy share of valid pairs", f"{estimate.noisy_share:.1%} (95% CI {lo:.1%} - "
+              f"{hi:.1%})"),
+             ("expected noise, mean(1 - clean_prob)", f"{estimate.expected:.1%} (95% CI "
+              f"{elo:.1%} - {ehi:.1%})")]
+    if estimate.method_estimate is not None:
+        rows.append(("the method's own estimate", f"{estimate.method_estimate:.1%}"))
+    run = "".join(f"<tr><td>{escape(str(k))}</td><td>{escape(str(v))}</td></tr>"
+                  for k, v in rows if v is not None)
+    part = "".join(
+        f"<tr><td><span class='swatch' style='background:{COLOURS[name]}'></span> {name}</td>"
+        f"<td>{count:,}</td><td>{100 * count / max(n, 1):.1f}%</td></tr>"
+        for name, count in counts.items())
+    return (f"<table>{run}</table><h2>Partitions</h2><table><tr><th>partition</th><th>pairs</th>"
+            f"<th>share</th></tr>{part}<tr><td>total</td><td>{n:,}</td><td>100%</td></tr></table>")
+
+
+def _probability_chart(scored: Scored, side: dict) -> str:
+    edges = np.linspace(0, 1, 51)
+    layers = []
+    for name in PARTITIONS[:-1]:
+        values = scored.clean_prob[scored.rows_in(name)]
+        layers.append((name, COLOURS[name], np.histogram(values, edges)[0].astype(float)))
+    top = max(1.0, float(np.sum([c for _, _, c in layers], axis=0).max()))
+    chart = Chart(0, 1, top * 1.05, "clean_prob", "pairs")
+    chart.stacked_bars(edges, layers)
+    cut = side.get("cut") or {}
+    for key in ("noisy_below", "clean_above"):
+        if isinstance(cut.get(key), (int, float)) and cut.get("noise_rate") is None:
+            chart.marker(cut[key], f"{key} {cut[key]}")
+    return chart.svg()
+
+
+def _gaussian(x: np.ndarray, mean: float, var: float) -> np.ndarray:
+    return np.exp(-(x - mean) ** 2 / (2 * var)) / math.sqrt(2 * math.pi * var)
+
+
+def _mixture_chart(scored: Scored, side: dict) -> str | None:
+    method = side.get("method")
+    mixtures = (side.get("report") or {}).get("mixtures") or []
+    column = f"{method}_loss"
+    if not mixtures or column not in scored.source.schema.names:
+        return None
+    fit = mixtures[0]
+    loss = scored.source.read_columns([column]).column(0).to_numpy(zero_copy_only=False)
+    loss = loss[np.isfinite(loss)].astype(np.float64)
+    if len(loss) == 0 or fit["high"] <= fit["low"]:
+        return None
+    normal = np.clip((loss - fit["low"]) / (fit["high"] - fit["low"]), 0, 1)
+    edges = np.linspace(0, 1, 51)
+    density = np.histogram(normal, edges, density=True)[0]
+    xs = np.linspace(0, 1, 200)
+    clean = fit["clean_weight"] * _gaussian(xs, fit["clean_mean"], fit["clean_var"])
+    noisy = fit["noisy_weight"] * _gaussian(xs, fit["noisy_mean"], fit["noisy_var"])
+    chart = Chart(0, 1, float(max(density.max(), (clean + noisy).max())) * 1.05,
+                  "per-pair loss, min-max normalised", "density")
+    chart.stacked_bars(edges, [("pairs", "#b0bec5", density)])
+    chart.curve(xs, clean, COLOURS["clean_significant"], "clean component")
+    chart.curve(xs, noisy, COLOURS["noisy"], "noisy component")
+    chart.curve(xs, clean + noisy, "#333", "mixture", dashed=True)
+    return (chart.svg() + f"<p>The first network's mixture (clean mean {fit['clean_mean']:.3f}, "
+            f"noisy mean {fit['noisy_mean']:.3f}, noisy weight {fit['noisy_weight']:.1%}); the "
+            f"histogram is the loss averaged over the networks.</p>")
+
+
+def _truth_section(scored: Scored) -> str:
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    valid = scored.valid & np.isfinite(scored.clean_prob)
+    truth, prob = scored.noisy_gt[valid], scored.clean_prob[valid]
+    out = []
+    if 0 < truth.sum() < len(truth):
+        fpr, tpr, _ = roc_curve(truth, -prob)
+        keep = np.unique(np.linspace(0, len(fpr) - 1, min(len(fpr), 400)).astype(int))
+        chart = Chart(0, 1, 1, "false positive rate", "true positive rate")
+        chart.curve(np.array([0, 1]), np.array([0, 1]), "#bbb", dashed=True)
+        chart.curve(fpr[keep], tpr[keep], COLOURS["noisy"],
+                    f"AUROC {roc_auc_score(truth, -prob):.3f}")
+        out.append(chart.svg())
+    rows = []
+    for name in PARTITIONS:
+        members = scored.partition == PARTITIONS.index(name)
+        noisy = int((members & scored.noisy_gt).sum())
+        total = int(members.sum())
+        rows.append(f"<tr><td>{name}</td><td>{total - noisy:,}</td><td>{noisy:,}</td>"
+                    f"<td>{100 * noisy / total if total else 0:.1f}%</td></tr>")
+    out.append("<table><tr><th>partition</th><th>truly clean</th><th>truly noisy</th>"
+               "<th>noisy share</th></tr>" + "".join(rows) + "</table>")
+    return "".join(out)
+
+
+def _galleries(scored: Scored, image_col: str, caption_col: str, per_partition: int,
+               thumb_size: int, seed: int) -> str:
+    samples = sample_rows(scored, per_partition, seed)
+    wanted = np.concatenate(list(samples.values())) if samples else np.array([], dtype=np.int64)
+    columns = [image_col, caption_col, "id", "clean_prob", "significance", "pseudo_caption",
+               "pseudo_caption_score", "invalid_reason"]
+    values = fetch_rows(scored.source, wanted, columns)
+    base = scored.source.path.parent if scored.source.path.is_file() else scored.source.path
+    spent = 0
+    out = []
+    for name in PARTITIONS:
+        rows = samples[name]
+        total = int((scored.partition == PARTITIONS.index(name)).sum())
+        out.append(f"<h2 id='{name}'>{name}: {len(rows)} of {total:,} pairs</h2>")
+        if not len(rows):
+            out.append("<p>none</p>")
+            continue
+        cards = []
+        for row in rows:
+            row_values = values.get(int(row), {})
+            uri = None
+            if image_col in row_values and spent < IMAGE_BUDGET:
+                try:
+                    uri = thumbnail(load_image_bytes(_image_value(row_values[image_col]), base),
+                                    thumb_size)
+                except RowProblem:  # a row without a usable image shows a placeholder
+                    uri = None
+                spent += len(uri or "")
+            cards.append(_card(row, row_values, uri, caption_col))
+        out.append("<div class='gallery'>" + "".join(cards) + "</div>")
+    return "\n".join(out)
+
+
+def _card(row: int, values: dict, uri: str | None, caption_col: str) -> str:
+    def short(text) -> str:
+        text = "" if text is None else str(text)
+        return escape(text if len(text) <= MAX_CAPTION else text[:MAX_CAPTION] + "...")
+
+    image = f"<img src='{uri}' alt='row {row}'>" if uri else "<div class='noimg'>no image</div>"
+    lines = [image, f"<div>{short(values.get(caption_col))}</div>"]
+    prob = values.get("clean_prob")
+    detail = f"row {row}" + (f", id {escape(str(values['id']))}" if values.get("id") else "")
+    if prob is not None:
+        detail += f", clean_prob {prob:.3f}"
+    if values.get("significance") is not None:
+        detail += f", significance {values['significance']:.2f}"
+    lines.append(f"<div class='score'>{detail}</div>")
+    if values.get("pseudo_caption") is not None:
+        lines.append(f"<div class='pseudo'>suggested: {short(values['pseudo_caption'])} "
+                     f"({values.get('pseudo_caption_score') or 0:.2f})</div>")
+    if values.get("invalid_reason"):
+        lines.append(f"<div class='score'>{short(values['invalid_reason'])}</div>")
+    return "<div class='card'>" + "".join(lines) + "</div>"
+
+
+def write_html(path: str | Path, text: str) -> Path:
+    from ncclean.data.parquet import atomic_path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path

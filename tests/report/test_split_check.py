@@ -1,0 +1,186 @@
+"""``split``, its reports, and ``check``, on a tiny scored corpus."""
+
+import base64
+import io
+import json
+from html.parser import HTMLParser
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from ncclean import api
+from ncclean.cli import main
+from ncclean.errors import BadOptionError, NcCleanError, OutputError, SchemaError
+from ncclean.report.scored import bootstrap_interval, fetch_rows, open_scored
+
+FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("split")
+    api.synth(folder / "clean.parquet", n_images=30, captions_per_image=3, seed=0)
+    api.inject_noise(folder / "clean.parquet", folder / "noisy.parquet", ratio=0.4, seed=0)
+    api.score(folder / "noisy.parquet", folder / "scored.parquet", params=FAST, embed_dim=32,
+              image_size=32, cache_dir=folder / "cache", clean_above=0.5)
+    return folder / "scored.parquet"
+
+
+def test_split_writes_every_row_once(scored, tmp_path):
+    summary = api.split(scored, tmp_path / "parts")
+    source = pq.read_table(scored)
+    total = 0
+    ids = []
+    for name, path in summary.files.items():
+        part = pq.read_table(path)
+        assert part.schema.equals(source.schema, check_metadata=False)
+        assert set(part.column("partition").to_pylist()) <= {name}
+        total += part.num_rows
+        ids += part.column("id").to_pylist()
+    assert total == source.num_rows == summary.n_rows
+    assert sorted(ids) == sorted(source.column("id").to_pylist())
+    side = json.loads((tmp_path / "parts" / "summary.json").read_text())
+    assert side["partition_counts"] == summary.partition_counts
+    assert side["scoring"]["method"] == "gmm"
+
+
+def test_report_lists_the_most_confidently_noisy_pairs(scored, tmp_path):
+    summary = api.split(scored, tmp_path / "parts", top=5)
+    probs = [item["clean_prob"] for item in summary.most_noisy]
+    assert len(probs) == 5 and probs == sorted(probs)
+    assert all(item["pseudo_caption"] for item in summary.most_noisy)
+    lo, hi = summary.noise["noisy_share_ci95"]
+    assert lo <= summary.noise["noisy_share"] <= hi
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.headings, self.open = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        if tag not in ("img", "br", "meta", "rect", "line", "polyline"):
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in ("rect", "line", "polyline"):
+            return
+        assert self.open and self.open[-1] == tag, (tag, self.open[-5:])
+        self.open.pop()
+
+    def handle_data(self, data):
+        if self.open and self.open[-1] == "h2":
+            self.headings.append(data)
+
+
+def test_html_report_is_self_contained_and_valid(scored, tmp_path):
+    summary = api.split(scored, tmp_path / "parts", html=tmp_path / "report.html",
+                        per_partition=6)
+    text = (tmp_path / "report.html").read_text()
+    assert summary.html_bytes == len(text.encode()) < 20_000_000
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in text and "<script" not in text
+    parser = _Collect()
+    parser.feed(text)
+    assert parser.open == []  # every tag closed, in order
+    shown = sum(min(6, count) for name, count in summary.partition_counts.items())
+    assert len(parser.images) == shown > 0
+    for uri in parser.images:
+        assert uri.startswith("data:image/jpeg;base64,")
+        Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).verify()
+    assert any("ROC" in h or "noisy_gt" in h for h in parser.headings)
+    assert "AUROC" in text and "fitted mixture" in text
+
+
+def test_split_refuses_bad_input_and_outputs(scored, tmp_path):
+    with pytest.raises(SchemaError, match="not a scored file"):
+        api.split(scored.parent / "noisy.parquet", tmp_path / "parts")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="is a file"):
+        api.split(scored, tmp_path / "file")
+
+
+def test_check_verdicts_and_exit_codes(scored, tmp_path, capsys):
+    shares = api.check(scored, max_noisy=1.0).shares
+    assert api.check(scored, max_noisy=shares["noisy"]).passed
+    failed = api.check(scored, max_noisy=shares["noisy"] / 2)
+    assert not failed.passed and failed.verdict.startswith("FAIL: noisy")
+    assert main(["check", str(scored), "--max-noisy", "1.0"]) == 0
+    assert capsys.readouterr().out.startswith("PASS")
+    assert main(["check", str(scored), "--max-noisy", "0.0"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL") and out.count("\n") == 1
+    assert main(["check", str(scored.parent / "noisy.parquet"), "--max-noisy", "0.2"]) == 2
+    assert main(["check", str(scored)]) == 2  # nothing to check
+    assert main(["check", str(tmp_path / "missing.parquet"), "--max-noisy", "0.2"]) == 2
+
+
+def test_check_against_a_previous_run(scored, tmp_path, capsys):
+    sidecar = scored.parent / "scored.parquet.json"
+    assert api.check(scored, against=sidecar).passed  # the same run: no growth
+    before = json.loads(sidecar.read_text())
+    counts = dict(before["partition_counts"])
+    moved = counts["noisy"] // 2
+    counts["noisy"] -= moved
+    counts["clean_significant"] += moved
+    (tmp_path / "better.json").write_text(json.dumps({"partition_counts": counts}))
+    result = api.check(scored, against=tmp_path / "better.json")
+    assert not result.passed and "before" in result.verdict
+    assert main(["check", str(scored), "--against", str(tmp_path / "better.json"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["passed"] is False
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    with pytest.raises(NcCleanError, match="partition_counts"):
+        api.check(scored, against=tmp_path / "junk.json")
+    with pytest.raises(BadOptionError):
+        api.check(scored, max_noisy=1.5)
+
+
+def test_fetch_rows_streams_only_the_wanted_rows(scored):
+    source = open_scored(scored).source
+    got = fetch_rows(source, [5, 0, 89, 5], ["id", "caption", "nonexistent"])
+    table = pq.read_table(scored, columns=["id", "caption"]).to_pylist()
+    assert sorted(got) == [0, 5, 89]
+    for row, values in got.items():
+        assert values == table[row]
+
+
+def test_bootstrap_interval_covers_the_mean_and_is_seeded(rng):
+    values = (rng.random(5000) < 0.3).astype(float)
+    lo, hi = bootstrap_interval(values, seed=1)
+    assert lo < values.mean() < hi and hi - lo < 0.05
+    assert bootstrap_interval(values, seed=1) == (lo, hi)
+    big = np.concatenate([values] * 40)  # above the subsample size: still bounded work
+    lo2, hi2 = bootstrap_interval(big, n_boot=50)
+    assert lo2 < big.mean() < hi2
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+@pytest.mark.slow
+def test_html_report_renders_offline_in_chromium(scored, tmp_path):
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Debian's chromium package is not installed")
+    api.split(scored, tmp_path / "parts", html=tmp_path / "report.html", per_partition=4)
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                    "--window-size=1200,2400", f"--screenshot={shot}",
+                    (tmp_path / "report.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    assert pixels.shape[0] >= 2000
+    # The partition colours of the charts and swatches are on the page ...
+    for colour in ((0x2A, 0x9D, 0x8F), (0xE7, 0x6F, 0x51)):
+        assert (np.abs(pixels - colour).sum(axis=2) < 30).sum() > 50, colour
+    # ... and so are the thumbnails: many distinct colours, not just text on white.
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 500
