@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ncclean import __version__
-from ncclean.cli import inspect, methods, noise, score, synth
+from ncclean.cli import inspect, methods, noise, retrain, score, synth
 
 
 @dataclass
@@ -54,3 +54,4 @@ app.command("methods")(methods.methods)
 app.command("synth")(synth.synth)
 app.command("inject-noise")(noise.inject_noise)
 app.command("inspect")(inspect.inspect)
+app.command("retrain")(retrain.retrain)
