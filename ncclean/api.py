@@ -683,3 +683,120 @@ def check(input: PathLike, *, max_noisy: float | None = None, max_vague: float |
     return CheckResult(input=Path(input), passed=passed, verdict=verdict, shares=shares,
                        partition_counts=counts, limits=limits | {"max_increase": max_increase},
                        previous=previous)
+
+
+@dataclass(frozen=True)
+class RetrainSummary:
+    """What :func:`retrain` measured: per arm its training size and Recall@K (strict and by
+    text identity), and the share of the noisy-to-oracle rSum gap the cleaned arm recovered."""
+
+    input: Path
+    test: Path
+    n_test: int
+    steps: int
+    seed: int
+    keep: str
+    pseudo_captions: bool
+    arms: dict[str, dict]
+    gap_recovered: float | None
+
+    def as_dict(self) -> dict:
+        return _as_dict(self)
+
+
+def retrain(
+    input: PathLike,
+    test: PathLike,
+    *,
+    keep: str = "clean",
+    pseudo_captions: bool = False,
+    baseline: bool = False,
+    columns: Columns = Columns(),
+    steps: int = 1600,
+    seed: int = 0,
+    device: str = "auto",
+    cache_dir: PathLike | bool | None = True,
+    progress: Progress = no_progress,
+) -> RetrainSummary:
+    """Train a fresh plain matcher on what the scoring run of ``input`` kept and measure
+    Recall@K on ``test`` (:mod:`ncclean.evaluate.retrain`); with ``baseline``, also on every
+    valid pair and, when ``input`` has ``noisy_gt``, on the truly clean pairs. The matcher's
+    architecture and encoders are the scoring run's (from its sidecar)."""
+    import json
+
+    import numpy as np
+
+    from ncclean.data.cache import default_cache_dir
+    from ncclean.data.corpus import read_corpus
+    from ncclean.data.parquet import open_pairs, sidecar_path
+    from ncclean.data.schema import NOISY_GT
+    from ncclean.errors import BadOptionError, SchemaError
+    from ncclean.evaluate.retrain import (
+        KEEPS,
+        Arm,
+        RetrainConfig,
+        cleaned_arm,
+        gap_recovered,
+        run_arms,
+    )
+    from ncclean.models.features import build_features, complete_config
+    from ncclean.models.matcher import MatcherConfig
+
+    if keep not in KEEPS:
+        raise BadOptionError(f"--keep must be one of {', '.join(KEEPS)}, got {keep!r}")
+    if steps < 1:
+        raise BadOptionError(f"--steps must be at least 1, got {steps}")
+    device = resolve_device(device)
+    cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
+    source = open_pairs(input)
+    needed = ["partition", "clean_prob"] + (["pseudo_caption_id"] if pseudo_captions else [])
+    missing = [c for c in needed if c not in source.schema.names]
+    if missing:
+        raise SchemaError(f"{input} is not a scored file (no {', '.join(missing)} column); run "
+                          "'ncclean score' on it first")
+    side = sidecar_path(source.path)
+    settings = json.loads(side.read_text()).get("matcher", {}) if side.exists() else {}
+    config = MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"})
+    if config.image_tower == "column" and not columns.image_emb:
+        raise BadOptionError("the scoring run used precomputed image vectors: give "
+                             "--image-emb-col")
+    if config.text_tower == "column" and not columns.text_emb:
+        raise BadOptionError("the scoring run used precomputed caption vectors: give "
+                             "--text-emb-col")
+
+    corpus = read_corpus(input, columns, image_size=config.image_size, cache_dir=cache,
+                         progress=progress)
+    held_out = read_corpus(test, columns, image_size=config.image_size, cache_dir=cache,
+                           progress=progress)
+    if held_out.valid.sum() < 2:
+        raise BadOptionError(f"{test}: fewer than 2 usable test pairs")
+    complete_config(config, corpus)
+    features = build_features(corpus, config, cache_dir=cache, progress=progress)
+    test_features = build_features(held_out, config, cache_dir=cache, progress=progress)
+
+    table = source.read_columns([c for c in needed + [NOISY_GT, "id"]
+                                 if c in source.schema.names])
+    rows = features.rows
+    partition = np.array(table.column("partition").to_pylist(), dtype=object)[rows]
+    clean_prob = table.column("clean_prob").to_numpy(zero_copy_only=False)[rows]
+    pseudo = None
+    if pseudo_captions:
+        row_of = {pair_id: row for row, pair_id in enumerate(corpus.ids.to_pylist())}
+        donors = table.column("pseudo_caption_id").to_pylist()
+        donor_row = np.array([row_of.get(d, -1) if d is not None else -1 for d in donors])[rows]
+        pseudo = np.where(donor_row >= 0, corpus.text_group[np.maximum(donor_row, 0)], -1)
+    arm = cleaned_arm(partition, clean_prob, keep, pseudo)
+    if len(arm.pairs) < 2:
+        raise BadOptionError(f"--keep {keep} selects {len(arm.pairs)} pairs; nothing to train on")
+    arms = [arm]
+    if baseline:
+        everyone = np.arange(features.n_pairs)
+        arms.append(Arm("noisy", everyone, np.ones(len(everyone))))
+        if NOISY_GT in table.column_names:
+            truth = np.array(table.column(NOISY_GT).to_pylist(), dtype=bool)[rows]
+            arms.append(Arm("oracle", np.flatnonzero(~truth), np.ones(int((~truth).sum()))))
+    results = run_arms(features, test_features, arms, config, RetrainConfig(steps=steps), seed,
+                       device, progress)
+    return RetrainSummary(input=Path(input), test=Path(test), n_test=test_features.n_pairs,
+                          steps=steps, seed=seed, keep=keep, pseudo_captions=pseudo_captions,
+                          arms=results, gap_recovered=gap_recovered(results, arm.name))

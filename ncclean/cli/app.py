@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ncclean import __version__
-from ncclean.cli import check, inspect, methods, noise, score, split, synth
+from ncclean.cli import check, inspect, methods, noise, retrain, score, split, synth
 
 
 @dataclass
@@ -56,3 +56,4 @@ app.command("inject-noise")(noise.inject_noise)
 app.command("inspect")(inspect.inspect)
 app.command("split")(split.split)
 app.command("check")(check.check)
+app.command("retrain")(retrain.retrain)

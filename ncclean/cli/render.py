@@ -132,3 +132,24 @@ def _describe_cut(cut) -> str:
     if cut.get("noise_rate") is not None:
         return f"lowest {cut['noise_rate']:.1%} noisy"
     return f"noisy < {cut.get('noisy_below')}, clean >= {cut.get('clean_above')}"
+def render_retrain(out, summary) -> None:
+    """The arms of ``ncclean retrain`` side by side: Recall@1/5/10 both ways and rSum."""
+    from rich.table import Table
+
+    kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
+    table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
+                  f"each, seed {summary.seed}); test {summary.test} ({summary.n_test:,} pairs); "
+                  "Recall@K in %, strict", title_justify="left")
+    table.add_column("arm", no_wrap=True)
+    table.add_column("pairs", justify="right", no_wrap=True)
+    for name in ("i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rSum", "rSum by text"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for arm, result in summary.arms.items():
+        strict = result["strict"]
+        table.add_row(arm, f"{result['n_pairs']:,}", *(f"{strict[k]:.1f}" for k in (
+            "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")),
+            f"{result['by_text']['rsum']:.1f}")
+    out.print(table)
+    if summary.gap_recovered is not None:
+        out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
+                  "rSum gap")

@@ -1,0 +1,85 @@
+"""``retrain``: arm selection, the step budget, and the command end to end on a tiny corpus."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ncclean import api
+from ncclean.cli import main
+from ncclean.errors import BadOptionError, SchemaError
+from ncclean.evaluate.retrain import Plain, RetrainConfig, cleaned_arm, gap_recovered
+from ncclean.testing import tiny_features
+
+FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
+
+
+def test_cleaned_arm_selections():
+    partition = np.array(["clean_significant", "clean_insignificant", "vague", "noisy",
+                          "noisy"], dtype=object)
+    prob = np.array([0.9, 0.85, 0.6, 0.2, 0.1])
+    assert cleaned_arm(partition, prob, "clean").pairs.tolist() == [0, 1]
+    assert cleaned_arm(partition, prob, "clean+vague").pairs.tolist() == [0, 1, 2]
+    weighted = cleaned_arm(partition, prob, "weighted")
+    assert weighted.pairs.tolist() == [0, 1, 2, 3, 4] and np.allclose(weighted.weights, prob)
+    pseudo = cleaned_arm(partition, prob, "clean", np.array([-1, -1, -1, 7, -1]))
+    assert pseudo.pairs.tolist() == [0, 1, 3] and pseudo.text_group.tolist() == [-1, -1, 7]
+    with pytest.raises(ValueError):
+        cleaned_arm(partition, prob, "everything")
+
+
+def test_every_arm_gets_exactly_the_step_budget():
+    features, _, _ = tiny_features(n_images=10)  # 30 pairs
+    objective = Plain(features, np.ones(30), RetrainConfig(steps=7, batch_size=8), "cpu")
+    rng = np.random.default_rng(0)
+    counts = [len(list(objective.steps(epoch, rng))) for epoch in range(3)]
+    assert counts == [4, 3, 0]
+
+
+def test_gap_recovered():
+    arms = {"cleaned": {"strict": {"rsum": 150.0}}, "noisy": {"strict": {"rsum": 100.0}},
+            "oracle": {"strict": {"rsum": 200.0}}}
+    assert gap_recovered(arms, "cleaned") == pytest.approx(0.5)
+    assert gap_recovered({"cleaned": arms["cleaned"]}, "cleaned") is None
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("retrain")
+    api.synth(folder / "clean.parquet", n_images=30, captions_per_image=3, seed=0)
+    api.synth(folder / "test.parquet", n_images=12, captions_per_image=2, seed=9)
+    api.inject_noise(folder / "clean.parquet", folder / "noisy.parquet", ratio=0.4, seed=0)
+    api.score(folder / "noisy.parquet", folder / "scored.parquet", params=FAST, embed_dim=32,
+              image_size=32, cache_dir=folder / "cache", clean_above=0.5)
+    return folder / "scored.parquet", folder / "test.parquet"
+
+
+def test_baseline_arms_and_reproducibility(scored):
+    path, test = scored
+    first = api.retrain(path, test, baseline=True, pseudo_captions=True, steps=12,
+                        cache_dir=path.parent / "cache")
+    assert list(first.arms) == ["cleaned", "noisy", "oracle"]
+    assert first.n_test == 24
+    assert first.arms["noisy"]["n_pairs"] == 90 and first.arms["oracle"]["n_pairs"] < 90
+    for result in first.arms.values():
+        assert 0 <= result["strict"]["rsum"] <= 600
+        assert result["by_text"]["rsum"] >= result["strict"]["rsum"]
+    again = api.retrain(path, test, baseline=True, pseudo_captions=True, steps=12,
+                        cache_dir=path.parent / "cache")
+    assert {k: v["strict"] for k, v in again.arms.items()} == \
+        {k: v["strict"] for k, v in first.arms.items()}
+    assert first.gap_recovered == again.gap_recovered
+
+
+def test_cli_retrain_json_and_errors(scored, capsys):
+    path, test = scored
+    assert main(["retrain", str(path), "--test", str(test), "--steps", "5", "--keep",
+                 "weighted", "--cache-dir", str(path.parent / "cache"), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["keep"] == "weighted" and list(payload["arms"]) == ["cleaned"]
+    assert main(["retrain", str(path), "--test", str(test), "--keep", "most"]) == 2
+    assert main(["retrain", str(path.parent / "noisy.parquet"), "--test", str(test)]) == 2
+    with pytest.raises(SchemaError, match="not a scored file"):
+        api.retrain(path.parent / "noisy.parquet", test)
+    with pytest.raises(BadOptionError):
+        api.retrain(path, test, steps=0)
