@@ -72,8 +72,11 @@ def measure(scored: Path, captions_all: list[str]) -> dict:
         sub = detection_metrics(truth[mask], clean_prob[mask]) if mask.sum() > 1 else None
         metrics[f"auroc_{name}"] = sub.auroc if sub else float("nan")
         metrics[f"n_{name}"] = int(mask.sum())
-    for name in ("clean_significant", "clean_insignificant", "vague", "noisy"):
-        inside = partition == name
+    for name, members in (("clean", ("clean_significant", "clean_insignificant")),
+                          ("clean_significant", ("clean_significant",)),
+                          ("clean_insignificant", ("clean_insignificant",)),
+                          ("vague", ("vague",)), ("noisy", ("noisy",))):
+        inside = np.isin(partition, members)
         metrics[f"noisy_in_{name}"] = float(truth[inside].mean()) if inside.any() else float("nan")
         metrics[f"size_{name}"] = int(inside.sum())
     metrics["realised_noise"] = float(truth.mean())
@@ -114,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
                             "--seed", str(args.seed), *move])
         command = python + ["score", str(noisy), "-o", str(scored), "--method", args.method,
                             "--seed", str(args.seed), "--json"]
+        matcher = work / f"matcher-{ratio}.safetensors"
+        if args.corpus == "clipart" and args.method != "gmm":
+            command += ["--save-matcher", str(matcher)]
         for item in args.param:
             command += ["-p", item]
         command += shlex.split(args.score_args)
@@ -121,11 +127,17 @@ def main(argv: list[str] | None = None) -> None:
         summary = json.loads(stdout)
         metrics = measure(scored, captions_all)
         metrics |= {"ratio": ratio, "seconds": seconds, "peak_mb": peak,
-                    "estimated_noise": summary["noise_rate"]}
+                    "estimated_noise": summary["noise_rate"],
+                    "method_seconds": summary["seconds"].get("method", float("nan")),
+                    "stages_seconds": summary["seconds"].get("stages", float("nan"))}
+        if args.corpus == "clipart":
+            metrics |= stage_metrics(scored, corpus, matcher if args.method != "gmm" else None)
         rows.append(metrics)
         print(json.dumps(metrics), flush=True)
 
     table = render(args, rows)
+    if args.corpus == "clipart":
+        table += "\n" + render_stages(rows)
     print(table)
     if args.record:
         shown = ["python", "benchmarks/quality.py", *(argv if argv is not None else sys.argv[1:])]
@@ -147,9 +159,51 @@ def render(args: argparse.Namespace, rows: list[dict]) -> str:
         lines.append(
             f"| {r['ratio']:.0%} ({r['realised_noise']:.1%}) | {r['auroc']:.3f} | {r['ap']:.3f} | "
             f"{r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} | "
-            f"{_pct(r['noisy_in_clean_significant'])} / {_pct(r['noisy_in_vague'])} / "
+            f"{_pct(r['noisy_in_clean'])} / {_pct(r['noisy_in_vague'])} / "
             f"{_pct(r['noisy_in_noisy'])} | {r['auroc_unique']:.3f} / {r['auroc_repeated']:.3f} | "
             f"{_pct(r['estimated_noise'])} | {r['seconds']:.0f} s | {r['peak_mb']:.0f} MB |")
+    return head + "\n".join(lines) + "\n"
+
+
+def stage_metrics(scored: Path, clean: Path, matcher: Path | None = None) -> dict:
+    """Pseudo-caption quality and where the correct boilerplate pairs land (clip-art only).
+    With the run's saved ``matcher``, also the quality of the plain nearest-caption search on
+    the same partitions (for methods that search donors in a space of their own)."""
+    from clipart_truth import boilerplate_landing, nearest_caption_donors, pseudo_caption_quality
+
+    out = {f"pseudo_{k}": v for k, v in pseudo_caption_quality(scored, clean).items()}
+    out |= {f"boilerplate_{k}": v for k, v in boilerplate_landing(scored).items()}
+    if matcher is not None:
+        nearest = pseudo_caption_quality(scored, clean, nearest_caption_donors(scored, matcher))
+        out |= {f"nearest_{k}": v for k, v in nearest.items()}
+    return out
+
+
+def render_stages(rows: list[dict]) -> str:
+    head = ("Stages: partition sizes; correct boilerplate pairs (collection names) per partition; "
+            "pseudo-captions of `noisy` pairs: coverage, same top-level category as the image "
+            "(vs a random clean caption), exactly the image's original caption; time of the "
+            "stages against the method's.\n\n"
+            "| noise | clean sig. / insig. / vague / noisy | boilerplate in sig. / insig. / "
+            "vague / noisy | pseudo coverage | same category (random) | original caption | "
+            "stages / method time |\n|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        lines.append(
+            f"| {r['ratio']:.0%} | {r['size_clean_significant']} / {r['size_clean_insignificant']}"
+            f" / {r['size_vague']} / {r['size_noisy']} | "
+            f"{_pct(r['boilerplate_clean_significant'])} / "
+            f"{_pct(r['boilerplate_clean_insignificant'])} / {_pct(r['boilerplate_vague'])} / "
+            f"{_pct(r['boilerplate_noisy'])} (of {r['boilerplate_correct_boilerplate_pairs']}) | "
+            f"{_pct(r['pseudo_coverage'])} | {_pct(r['pseudo_same_category'])} "
+            f"({_pct(r['pseudo_random_same_category'])}) | {_pct(r['pseudo_original_caption'])} | "
+            f"{r['stages_seconds']:.1f} s / {r['method_seconds']:.0f} s |")
+    if any("nearest_same_category" in r for r in rows):
+        lines.append("\nThe plain nearest-caption search (the matcher's joint space) on the same "
+                     "partitions: " + "; ".join(
+                         f"{r['ratio']:.0%}: coverage {_pct(r['nearest_coverage'])}, same "
+                         f"category {_pct(r['nearest_same_category'])}, original caption "
+                         f"{_pct(r['nearest_original_caption'])}" for r in rows) + ".")
     return head + "\n".join(lines) + "\n"
 
 
