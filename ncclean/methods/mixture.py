@@ -43,13 +43,16 @@ class MixtureFit:
 
 
 def fit_clean_posterior(scores: np.ndarray, clean: str = "low", *, max_iter: int = 10,
-                        tol: float = 1e-2, reg_covar: float = 5e-4,
-                        seed: int = 0) -> tuple[np.ndarray, MixtureFit]:
+                        tol: float = 1e-2, reg_covar: float = 5e-4, seed: int = 0,
+                        covariance: str = "full") -> tuple[np.ndarray, MixtureFit]:
     """Fit the mixture to ``scores`` (``(n,) float``) and return each one's posterior of the clean
     component, ``(n,) float64`` in [0, 1], with the fit.
 
     ``clean="low"`` for losses (NCR: ``means_.argmin()``), ``"high"`` for similarities (SDD,
     GSC: ``means_.argmax()``). Constant scores cannot be split: every pair gets 0.5.
+    ``covariance="tied"`` shares one variance between the components, which makes the posterior
+    a logistic, strictly monotone function of the score (with ``"full"``, the reference, the
+    wider component wins again at both extremes).
     """
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.mixture import GaussianMixture
@@ -63,7 +66,7 @@ def fit_clean_posterior(scores: np.ndarray, clean: str = "low", *, max_iter: int
         return np.full(len(scores), 0.5), fit
     normalised = ((scores - low) / (high - low)).reshape(-1, 1)
     gmm = GaussianMixture(n_components=2, max_iter=max_iter, tol=tol, reg_covar=reg_covar,
-                          random_state=seed)
+                          random_state=seed, covariance_type=covariance)
     with warnings.catch_warnings():  # ten EM steps do not converge by design (reference setting)
         warnings.simplefilter("ignore", ConvergenceWarning)
         gmm.fit(normalised)
@@ -71,7 +74,7 @@ def fit_clean_posterior(scores: np.ndarray, clean: str = "low", *, max_iter: int
     clean_component = int(means.argmin() if clean == "low" else means.argmax())
     noisy_component = 1 - clean_component
     posterior = gmm.predict_proba(normalised)[:, clean_component]
-    variances = gmm.covariances_.ravel()
+    variances = np.broadcast_to(gmm.covariances_.ravel(), (2,))
     fit = MixtureFit(
         clean_mean=float(means[clean_component]), noisy_mean=float(means[noisy_component]),
         clean_var=float(variances[clean_component]), noisy_var=float(variances[noisy_component]),

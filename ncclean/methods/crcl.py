@@ -1,0 +1,290 @@
+"""``crcl``: Cross-modal Active Complementary Learning with Self-refining Correspondence
+(Qin et al., NeurIPS 2023).
+
+Every pair carries a soft correspondence label ``y`` (1 at the start). The loss is the Active
+Complementary Loss (Eq. 6-9): a label-weighted InfoNCE in both directions plus ``lambda`` times
+the complementary term on the negatives,
+
+``L_r(q) = sum_{j != i} tan(p_ij) / (sum_k tan(p_ik))^q`` (rows, image to text, and columns),
+
+with the per-pair exponent ``q = 1 - y``: trusted pairs get the discriminative form, suspect
+pairs the noise-tolerant one. ``p`` are in-batch softmax matching probabilities at temperature
+``tau``; ``p_hat = (p_ii(i2t) + p_ii(t2i)) / 2``. Self-refining correspondence correction
+(Eq. 10-12): training runs as ``pieces``, each a freshly initialised matcher and optimiser; the
+labels carry over; within a piece they are frozen for ``freeze_epochs`` and then follow
+``y <- beta y + (1 - beta) p_hat``; in the loss a label under ``epsilon`` counts as 0.
+
+``update="epoch"`` is the paper's Eq. 11: at the start of each epoch the labels move towards the
+``p_hat`` each pair had in its batch during the previous epoch; the threshold applies to the
+loss only. ``update="batch"`` is the authors' code: each batch updates its pairs' labels from the
+current forward pass and uses them in the same step; piece 1 overwrites the labels with the raw
+``p_hat`` in its last frozen epoch; labels under ``epsilon`` are written back as 0 (the "sticky
+zero"). ``benchmarks/RESULTS.md`` compares both.
+
+Where this departs from both, on purpose:
+
+- In-batch negatives with the pair's image or caption text are masked out of every softmax
+  (another caption of the same picture, or a second "gramastar", is not a mismatch), as in every
+  loss here.
+- ``clean_prob`` is the posterior of the high-mean component of the shared two-component mixture
+  fitted to the final labels (``crcl_label``): the labels are EMA matching probabilities, not
+  calibrated probabilities of being clean. ``crcl_p`` is the final matcher's ``p_hat`` in eval
+  mode, averaged over ``score_passes`` passes of fixed seeded batches (deterministic).
+- Frozen epochs and pieces follow the optimiser steps, not the paper's epoch counts
+  (:func:`freeze_for`, :func:`pieces_for`): on an 8,000-pair corpus 5 frozen epochs, pieces
+  ``[10, 10, 10, 35]`` (about 4,100 steps of one matcher; ``gmm`` takes about 3,200 steps of
+  each of its two); larger corpora get proportionally fewer epochs.
+- ``clean_prob`` uses a mixture with one shared variance (``mixture="tied"``): its posterior is
+  monotone in the label, so it ranks pairs as the labels do. With separate variances (the
+  reference mixture) the wide component wins again at the extremes; measured on a 100-image
+  synthetic corpus at 50% noise, AUROC 0.823 against the labels' 0.860 (0.860 with ``tied``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from ncclean.errors import BadOptionError
+from ncclean.methods.base import Context, Method, MethodResult
+from ncclean.methods.mixture import fit_clean_posterior
+from ncclean.models.features import Features
+from ncclean.train.loop import Objective, TrainConfig, train
+from ncclean.train.losses import negative_mask
+from ncclean.train.scoring import Embeddings, embed
+
+PAPER_AFTER_FREEZE = (5, 5, 5, 30)  # F30K: [7, 7, 7, 32] with 2 frozen epochs each
+UPDATES = ("epoch", "batch")
+
+
+def freeze_for(n_pairs: int, batch_size: int, freeze_epochs: int | None) -> int:
+    """Frozen epochs at the start of each piece: ``freeze_epochs`` when given, else
+    ``clip(round(320 / steps_per_epoch), 2, 10)``, about the 320 steps a matcher trained from
+    scratch needs before its ``p_hat`` means anything (the paper's 2 epochs are 2,266 steps on
+    F30K; measured here: with 20 steps the first labels are ``p_hat`` ~ 1/B for every pair, all
+    fall under ``epsilon`` and the active term never trains again)."""
+    if freeze_epochs is not None:
+        return freeze_epochs
+    steps = max(1, math.ceil(n_pairs / batch_size))
+    return int(np.clip(round(320 / steps), 2, 10))
+
+
+def pieces_for(n_pairs: int, batch_size: int, pieces: tuple[int, ...] | str | None,
+               freeze_epochs: int) -> tuple[int, ...]:
+    """Epochs per piece, frozen epochs included: ``pieces`` when given (a tuple, or
+    ``"7,7,7,32"`` from the command line), else ``freeze_epochs`` plus the paper's epochs after
+    the freeze, ``[5, 5, 5, 30]``, scaled by ``min(1, 64 / steps_per_epoch)`` so that large
+    corpora are not trained for more steps than an 8,000-pair one."""
+    if isinstance(pieces, str):
+        try:
+            pieces = tuple(int(p) for p in pieces.replace(" ", "").split(",") if p)
+        except ValueError:
+            raise BadOptionError(f"pieces must be epochs per piece like 7,7,7,32, got "
+                                 f"{pieces!r}") from None
+    if pieces:
+        if min(pieces) < 1:
+            raise BadOptionError(f"every piece needs at least one epoch, got {pieces}")
+        return tuple(pieces)
+    steps = max(1, math.ceil(n_pairs / batch_size))
+    scale = min(1.0, 64 / steps)
+    return tuple(freeze_epochs + max(1, round(e * scale)) for e in PAPER_AFTER_FREEZE)
+
+
+def matching_probabilities(sims: torch.Tensor, mask: torch.Tensor,
+                           temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row (image-to-text) and column (text-to-image) softmax probabilities of a batch's
+    ``(B, B)`` similarities, over the valid negatives and the positive (others are 0)."""
+    keep = mask | torch.eye(len(sims), dtype=torch.bool, device=sims.device)
+    logits = (sims / temperature).masked_fill(~keep, float("-inf"))
+    return torch.softmax(logits, dim=1), torch.softmax(logits, dim=0)
+
+
+def complementary(p: torch.Tensor, q: torch.Tensor, dim: int) -> torch.Tensor:
+    """``L_r`` in one direction (Eq. 6): ``sum_{j != i} tan(p_ij) / (sum_k tan(p_ik))^q`` along
+    ``dim`` (1: rows, 0: columns), ``(B,)``."""
+    t = torch.tan(p)
+    total = t.sum(dim=dim)
+    negatives = total - t.diagonal()
+    return negatives / total.clamp(min=1e-10) ** q
+
+
+def acl_loss(sims: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, temperature: float,
+             lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Active Complementary Loss of a batch (Eq. 9, the code's form ``mean(y (-log p_ii^o
+    - log p_ii^d)) + lambda mean(L_r(1 - y))``) and the batch's ``p_hat`` (detached)."""
+    row, column = matching_probabilities(sims, mask, temperature)
+    p_row, p_column = row.diagonal(), column.diagonal()
+    active = label * (-torch.log(p_row.clamp(min=1e-10)) - torch.log(p_column.clamp(min=1e-10)))
+    q = 1 - label
+    robust = complementary(row, q, 1) + complementary(column, q, 0)
+    return active.mean() + lam * robust.mean(), ((p_row + p_column) / 2).detach()
+
+
+def eval_p_hat(embeddings: Embeddings, features: Features, temperature: float,
+               batch_size: int, passes: int, seed: int) -> np.ndarray:
+    """``p_hat`` of every pair in eval mode, averaged over ``passes`` partitions of the corpus
+    into fixed seeded batches. ``(n,) float32``."""
+    n = features.n_pairs
+    images = torch.from_numpy(embeddings.images)
+    texts = torch.from_numpy(embeddings.texts)
+    image_group = torch.from_numpy(features.image_group)
+    text_group = torch.from_numpy(features.text_group)
+    total = np.zeros(n, dtype=np.float64)
+    for k in range(passes):
+        order = np.random.default_rng([seed, 4111, k]).permutation(n)
+        for start in range(0, n, batch_size):
+            rows = torch.from_numpy(order[start:start + batch_size])
+            sims = images[image_group[rows]] @ texts[text_group[rows]].T
+            row, column = matching_probabilities(
+                sims, negative_mask(image_group[rows], text_group[rows]), temperature)
+            total[order[start:start + batch_size]] += \
+                ((row.diagonal() + column.diagonal()) / 2).numpy()
+    return (total / passes).astype(np.float32)
+
+
+class SelfRefine(Objective):
+    """ACL with self-refining labels, for one piece at a time (``piece`` is set before each)."""
+
+    stage = "piece"
+
+    def __init__(self, features: Features, method: CRCL, pieces: tuple[int, ...], freeze: int,
+                 device: str):
+        self.features = features
+        self.pieces = pieces
+        self.freeze = freeze
+        self.m = method
+        self.device = device
+        n = features.n_pairs
+        self.labels = np.ones(n)
+        self.p_last = np.full(n, np.nan)  # p_hat of each pair in the previous epoch
+        self.p_now = np.full(n, np.nan)
+        self.piece = 0
+
+    def used_labels(self, rows: np.ndarray) -> np.ndarray:
+        y = self.labels[rows]
+        return np.where(y < self.m.epsilon, 0.0, y)
+
+    def begin_epoch(self, model, epoch: int) -> None:
+        self.stage = f"piece {self.piece + 1}/{len(self.pieces)}"
+        self.p_last, self.p_now = self.p_now, np.full(self.features.n_pairs, np.nan)
+        if self.m.update != "epoch" or epoch < self.freeze:
+            return
+        seen = np.isfinite(self.p_last)
+        if self.piece == 0 and epoch == self.freeze:
+            self.labels[seen] = self.p_last[seen]
+        else:
+            beta = self.m.beta
+            self.labels[seen] = beta * self.labels[seen] + (1 - beta) * self.p_last[seen]
+
+    def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
+        order = rng.permutation(self.features.n_pairs)
+        for start in range(0, len(order), self.m.batch_size):
+            yield epoch, order[start:start + self.m.batch_size]
+
+    def loss(self, model, step: Any, epoch: int) -> torch.Tensor:
+        _, rows = step
+        batch = self.features.batch(rows, self.device)
+        sims = model.encode_images(*batch.images) @ model.encode_texts(*batch.texts).T
+        mask = negative_mask(batch.image_group, batch.text_group)
+        if self.m.update == "batch":
+            with torch.no_grad():
+                row, column = matching_probabilities(sims, mask, self.m.temperature)
+                p_hat = ((row.diagonal() + column.diagonal()) / 2).cpu().numpy()
+            self._update_batch(rows, p_hat, epoch)
+        label = torch.as_tensor(self.used_labels(rows), dtype=torch.float32, device=self.device)
+        loss, p_hat = acl_loss(sims, mask, label, self.m.temperature, self.m.lam)
+        self.p_now[rows] = p_hat.cpu().numpy()
+        return loss
+
+    def _update_batch(self, rows: np.ndarray, p_hat: np.ndarray, epoch: int) -> None:
+        """The authors' code: per batch, before the step, with the sticky zero."""
+        freeze = self.freeze
+        if self.piece == 0 and epoch == freeze - 1:
+            self.labels[rows] = p_hat
+        elif epoch >= freeze:
+            beta = self.m.beta
+            self.labels[rows] = beta * self.labels[rows] + (1 - beta) * p_hat
+        else:
+            return
+        low = self.labels[rows] < self.m.epsilon
+        self.labels[rows[low]] = 0.0
+
+    def end_epoch(self, model, epoch: int) -> dict[str, float]:
+        return {"mean_label": float(self.labels.mean()),
+                "confident_noise_share": float((self.labels < self.m.epsilon).mean())}
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"labels": self.labels, "p_now": self.p_now}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.labels = state["labels"].astype(np.float64)
+        self.p_now = state["p_now"].astype(np.float64)
+
+
+@dataclass
+class CRCL(Method):
+    """CRCL with the paper's defaults: ``lam`` 5, ``temperature`` 0.05, ``beta`` 0.8,
+    ``epsilon`` 0.1, AdamW 5e-4 with a drop every ``lr_update`` epochs within a piece (15,
+    F30K), batch 128, clip 2.0; ``freeze_epochs`` and ``pieces`` per :func:`freeze_for` and
+    :func:`pieces_for`; ``update`` ``epoch`` (paper) or ``batch`` (code); ``mixture`` the
+    covariance of the final mixture (``tied`` or the reference ``full``)."""
+
+    name: ClassVar[str] = "crcl"
+    summary: ClassVar[str] = ("CRCL (NeurIPS 2023): active complementary loss with self-refining "
+                              "soft labels over restarted pieces")
+
+    pieces: tuple[int, ...] | None = None
+    freeze_epochs: int | None = None
+    lam: float = 5.0
+    temperature: float = 0.05
+    beta: float = 0.8
+    epsilon: float = 0.1
+    update: str = "epoch"
+    lr: float = 5e-4
+    lr_update: int = 15
+    batch_size: int = 128
+    grad_clip: float = 2.0
+    score_passes: int = 3
+    mixture: str = "tied"
+
+    def fit(self, features: Features, context: Context) -> MethodResult:
+        if self.update not in UPDATES:
+            raise ValueError(f"update must be one of {UPDATES}, got {self.update!r}")
+        freeze = freeze_for(features.n_pairs, self.batch_size, self.freeze_epochs)
+        pieces = pieces_for(features.n_pairs, self.batch_size, self.pieces, freeze)
+        objective = SelfRefine(features, self, pieces, freeze, context.device)
+        history = []
+        matcher = None
+        for j, epochs in enumerate(pieces):
+            objective.piece = j
+            objective.p_now = np.full(features.n_pairs, np.nan)
+            matcher = context.initial if (j == 0 and context.initial is not None) else \
+                context.new_matcher(j)
+            drops = tuple(range(self.lr_update, epochs, self.lr_update))
+            config = TrainConfig(
+                epochs=epochs, lr=self.lr, lr_drop_epochs=drops, grad_clip=self.grad_clip,
+                seed=context.seed * 7 + j, device=context.device,
+                checkpoint_dir=Path(context.checkpoint_dir) / f"piece-{j + 1}"
+                if context.checkpoint_dir else None, resume=context.resume)
+            history += [r | {"piece": j + 1} for r in train(matcher, objective, config,
+                                                             context.progress)]
+        matcher.eval()
+        embeddings = embed(matcher, features, context.device)
+        p_hat = eval_p_hat(embeddings, features, self.temperature, self.batch_size,
+                           self.score_passes, context.seed)
+        labels = objective.labels.copy()
+        clean_prob, fit = fit_clean_posterior(labels, "high", seed=context.seed,
+                                              covariance=self.mixture)
+        return MethodResult(
+            clean_prob=np.clip(clean_prob, 0.0, 1.0),
+            columns={"crcl_label": labels.astype(np.float32), "crcl_p": p_hat,
+                     "crcl_sim": embeddings.pair_similarity(features)},
+            matcher=matcher, embeddings=embeddings, noise_rate=fit.noise_rate,
+            report={"pieces": list(pieces), "freeze_epochs": freeze, "mixture": fit.as_dict(),
+                    "history": history})

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+import torch
+
+from ncclean.errors import BadOptionError
+from ncclean.evaluate.detection import detection_metrics
+from ncclean.methods.base import Context
+from ncclean.methods.crcl import (
+    CRCL,
+    SelfRefine,
+    acl_loss,
+    complementary,
+    freeze_for,
+    matching_probabilities,
+    pieces_for,
+)
+from ncclean.testing import check_method, tiny_features
+
+
+def test_passes_the_conformance_suite():
+    result = check_method(CRCL(pieces=(2, 2), freeze_epochs=1, batch_size=32))
+    assert set(result.columns) == {"crcl_label", "crcl_p", "crcl_sim"}
+    assert result.report["pieces"] == [2, 2]
+    assert ((result.columns["crcl_p"] > 0) & (result.columns["crcl_p"] <= 1)).all()
+
+
+def test_finds_injected_noise_on_a_synthetic_corpus():
+    features, config, truth = tiny_features(n_images=60, captions_per_image=3, noise=0.4)
+    result = CRCL(pieces=(8, 6, 8), freeze_epochs=5, batch_size=32, lr=1e-3).fit(
+        features, Context(seed=0, matcher_config=config))
+    truth = truth[features.rows]
+    assert detection_metrics(truth, result.clean_prob).auroc > 0.75
+    labels = result.columns["crcl_label"]
+    assert labels[truth].mean() < labels[~truth].mean()
+
+
+def test_schedule_rules():
+    assert freeze_for(8_000, 128, None) == 5
+    assert freeze_for(1_000_000, 128, None) == 2
+    assert freeze_for(100, 128, None) == 10
+    assert pieces_for(8_000, 128, None, 5) == (10, 10, 10, 35)
+    assert pieces_for(800_000, 128, None, 2) == (3, 3, 3, 3)
+    assert pieces_for(10, 128, "3, 4", 2) == (3, 4)
+    with pytest.raises(BadOptionError):
+        pieces_for(10, 128, "three", 2)
+
+
+def test_complementary_term_limits():
+    # q = 0: the plain sum of tan over the negatives; q = 1: normalised by the total.
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]])
+    t = torch.tan(p)
+    zero = complementary(p, torch.zeros(3), 1)
+    one = complementary(p, torch.ones(3), 1)
+    assert torch.allclose(zero, t.sum(1) - t.diagonal())
+    assert torch.allclose(one, (t.sum(1) - t.diagonal()) / t.sum(1))
+
+
+def test_masked_entries_are_not_in_the_softmax():
+    sims = torch.tensor([[0.9, 0.8, 0.1], [0.8, 0.9, 0.1], [0.1, 0.1, 0.9]])
+    mask = torch.tensor([[False, False, True], [False, False, True], [True, True, False]])
+    row, column = matching_probabilities(sims, mask, 0.05)
+    assert row[0, 1] == 0 and column[1, 0] == 0
+    assert torch.allclose(row.sum(1), torch.ones(3))
+
+
+def test_zero_label_pairs_get_no_active_gradient():
+    sims = torch.tensor([[0.5, 0.2], [0.1, 0.4]], requires_grad=True)
+    mask = ~torch.eye(2, dtype=torch.bool)
+    loss, p_hat = acl_loss(sims, mask, torch.tensor([0.0, 0.0]), 0.05, lam=0.0)
+    assert loss.item() == 0.0 and p_hat.shape == (2,)
+
+
+def test_label_updates_paper_and_code():
+    features, _, _ = tiny_features(n_images=4)
+    n = features.n_pairs
+    paper = SelfRefine(features, CRCL(update="epoch"), (4, 4), 2, "cpu")
+    paper.p_now = np.full(n, 0.5)
+    paper.begin_epoch(None, 1)  # frozen
+    assert (paper.labels == 1).all()
+    paper.p_now = np.full(n, 0.5)
+    paper.begin_epoch(None, 2)  # piece 1, first free epoch: the raw p_hat
+    assert np.allclose(paper.labels, 0.5)
+    paper.p_now = np.full(n, 0.05)
+    paper.begin_epoch(None, 3)  # momentum; the threshold applies to the loss only
+    assert np.allclose(paper.labels, 0.8 * 0.5 + 0.2 * 0.05)
+    code = SelfRefine(features, CRCL(update="batch"), (4, 4), 2, "cpu")
+    rows = np.arange(n)
+    code._update_batch(rows, np.full(n, 0.05), epoch=1)  # last frozen epoch of piece 1
+    assert (code.labels == 0).all()  # overwritten, then the sticky zero
+    code._update_batch(rows, np.full(n, 0.4), epoch=2)
+    assert (code.labels == 0).all()  # 0.2 * 0.4 < epsilon: zeroed again
