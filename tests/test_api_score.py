@@ -157,6 +157,7 @@ def test_cli_score_json_and_errors(noisy, tmp_path, capsys):
     assert printed["n_pairs"] == 90 and printed["method"] == "gmm"
     assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "--method", "nope"]) == 2
     err = capsys.readouterr().err
-    assert "unknown method 'nope'; valid methods: gmm" in err and len(err.splitlines()) == 1
+    assert "unknown method 'nope'; valid methods: " in err and "gmm" in err
+    assert len(err.splitlines()) == 1
     assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "-p", "epochs"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
