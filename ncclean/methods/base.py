@@ -34,6 +34,7 @@ ENTRY_POINT_GROUP = "ncclean.methods"
 
 BUILTIN: dict[str, str] = {
     "gmm": "ncclean.methods.gmm:GMM",
+    "pc2": "ncclean.methods.pc2:PC2",
 }
 
 

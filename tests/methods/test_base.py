@@ -43,7 +43,7 @@ def test_builtin_gmm_is_registered():
 
 
 def test_unknown_method_lists_the_valid_ones():
-    with pytest.raises(UnknownMethodError, match="unknown method 'ncr'; valid methods: gmm"):
+    with pytest.raises(UnknownMethodError, match="unknown method 'ncr'; valid methods: .*gmm"):
         get_method("ncr")
 
 
@@ -57,9 +57,10 @@ def test_plugins_come_from_entry_points(monkeypatch):
 def test_clashing_names_fail_with_the_valid_ones(monkeypatch):
     monkeypatch.setattr(metadata, "entry_points", fake_entry_points(
         ("gmm", f"{__name__}:Constant"), ("constant", f"{__name__}:Constant")))
-    with pytest.raises(UnknownMethodError, match="claimed more than once.*valid methods: "
-                                                 "constant"):
+    with pytest.raises(UnknownMethodError, match="claimed more than once") as raised:
         get_method("gmm")
+    valid = str(raised.value).split("valid methods: ")[1].split(", ")
+    assert "constant" in valid and "gmm" not in valid
 
 
 def test_a_plugin_that_is_not_a_method(monkeypatch):
