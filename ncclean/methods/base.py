@@ -35,6 +35,7 @@ ENTRY_POINT_GROUP = "ncclean.methods"
 BUILTIN: dict[str, str] = {
     "crcl": "ncclean.methods.crcl:CRCL",
     "gmm": "ncclean.methods.gmm:GMM",
+    "pc2": "ncclean.methods.pc2:PC2",
 }
 
 

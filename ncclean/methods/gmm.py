@@ -123,13 +123,16 @@ class CoDivide(Objective):
         self.fits: list[MixtureFit | None] = [None, None]
         self.posterior_sum = np.zeros(features.n_pairs)
         self.divisions = 0
+        self.embeddings: list = []  # each network's embeddings at the last division
 
     # -- division -----------------------------------------------------------------------------
 
     def divide(self, model: Ensemble) -> None:
         """Each network's per-pair loss, mixture and clean posterior."""
+        self.embeddings = []
         for k, member in enumerate(model.members):
             embeddings = embed(member, self.features, self.device)
+            self.embeddings.append(embeddings)
             self.losses[k] = pair_losses(
                 embeddings, self.features, margin=self.m.margin, negatives=self.m.negatives,
                 pool_size=self.m.pool_size, batch_size=self.m.batch_size, seed=self.seed)
@@ -177,18 +180,21 @@ class CoDivide(Objective):
                 total = total + mean_hinge(_similarity(member, batch), mask, margin).sum()
             return total
 
-        use_noisy = epoch - self.warmup >= int(self.m.noisy_from * self.epochs)
         for k, (clean, noisy) in enumerate(parts):
             member, other = model.members[k], model.members[1 - k]
             batch = features.batch(clean, device)
             w = torch.as_tensor(self.posterior[1 - k][clean], dtype=torch.float32, device=device)
             label = w + (1 - w) * self.predict(member, batch)
             total = total + self.soft_loss(member, batch, label).sum()
-            if use_noisy and len(noisy):
+            if self.use_noisy(epoch) and len(noisy):
                 batch = features.batch(noisy, device)
                 label = (self.predict(member, batch) + self.predict(other, batch)) / 2
                 total = total + self.soft_loss(member, batch, label).sum()
         return total
+
+    def use_noisy(self, epoch: int) -> bool:
+        """Whether the noisy pairs join the loss in co-training epoch ``epoch``."""
+        return epoch - self.warmup >= int(self.m.noisy_from * self.epochs)
 
     @torch.no_grad()
     def predict(self, member: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -205,8 +211,12 @@ class CoDivide(Objective):
         """L_soft (Eq. 6) with the soft margins of Eq. 7, against the hardest negative (the
         paper) or the mean over all valid negatives (``robust_loss="mean"``)."""
         mask = negative_mask(batch.image_group, batch.text_group)
+        return self.robust_loss(_similarity(member, batch), mask, label)
+
+    def robust_loss(self, sims: torch.Tensor, mask: torch.Tensor,
+                    label: torch.Tensor) -> torch.Tensor:
+        """The per-pair hinge of ``sims`` with margins from the soft ``label`` (Eq. 6-7)."""
         margins = soft_margin(label, self.m.margin, self.m.soft_margin_base)
-        sims = _similarity(member, batch)
         if self.m.robust_loss == "mean":
             return mean_hinge(sims, mask, margins)
         return hardest_negative_hinge(sims, mask, margins)
@@ -271,6 +281,7 @@ class GMM(Method):
             warmup = 0
         else:
             model = Ensemble([context.new_matcher(0), context.new_matcher(1)])
+        model = self._model(model, features, context)
         objective = self._objective(features, warmup, epochs, context)
         lr_update = self.lr_update if self.lr_update is not None else (3 * epochs) // 4
         config = TrainConfig(epochs=warmup + epochs, lr=self.lr,
@@ -286,20 +297,37 @@ class GMM(Method):
         else:
             clean_prob = objective.posterior.mean(axis=0)
         model.eval()
-        embeddings = embed(model, features, context.device)
+        matcher = self._matcher(model)
+        embeddings = embed(matcher, features, context.device)
         fits = [f.as_dict() for f in objective.fits if f is not None]
-        return MethodResult(
+        return self._finish(MethodResult(
             clean_prob=np.clip(clean_prob, 0.0, 1.0),
             columns={
-                "gmm_loss": objective.losses.mean(axis=0),
-                "gmm_sim": embeddings.pair_similarity(features),
-                "gmm_label": self._rectified_label(clean_prob, objective.losses),
+                f"{self.name}_loss": objective.losses.mean(axis=0),
+                f"{self.name}_sim": embeddings.pair_similarity(features),
+                f"{self.name}_label": self._rectified_label(clean_prob, objective.losses),
             },
-            matcher=model,
+            matcher=matcher,
+            embeddings=embeddings,
             noise_rate=float(np.mean([f["noise_rate"] for f in fits])) if fits else None,
             report={"warmup_epochs": warmup, "epochs": epochs, "mixtures": fits,
                     "history": history},
-        )
+        ), objective, model)
+
+    # Hooks for methods built on NCR's co-division (PC2): the trained model may carry more than
+    # the two matchers, and the result more than NCR's columns.
+
+    def _model(self, ensemble: Ensemble, features: Features, context: Context) -> torch.nn.Module:
+        """The model to train, built around the two matchers."""
+        return ensemble
+
+    def _matcher(self, model: torch.nn.Module) -> Ensemble:
+        """The trained matchers, as the ensemble later stages score with."""
+        return model
+
+    def _finish(self, result: MethodResult, objective: CoDivide,
+                model: torch.nn.Module) -> MethodResult:
+        return result
 
     def _rectified_label(self, clean_prob: np.ndarray, losses: np.ndarray) -> np.ndarray:
         """Eq. 4 at the end of training: clean pairs ``w + (1 - w) P``, noisy pairs ``P``, with
