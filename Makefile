@@ -24,11 +24,13 @@ test: $(STAMP) lint
 test-all: $(STAMP)
 	$(BIN)/pytest
 
-# The demo scores a small real corpus: 300 clip-art pairs (examples/) with 30% injected noise.
+# The demo scores a small real corpus: 300 clip-art pairs (examples/) with 30% injected noise,
+# splits it by partition and writes demo/report.html.
 demo: $(STAMP)
 	@mkdir -p demo
 	$(BIN)/ncclean inject-noise examples/clipart-300.parquet -o demo/clipart-noisy.parquet --ratio 0.3 --seed 0 --move-with-image category
 	$(BIN)/ncclean score demo/clipart-noisy.parquet -o demo/clipart-scored.parquet --seed 0 --epochs 15 --cache-dir demo/cache
+	$(BIN)/ncclean split demo/clipart-scored.parquet -o demo/split --report --html demo/report.html
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .ruff_cache
