@@ -33,6 +33,7 @@ from ncclean.progress import Progress, no_progress
 ENTRY_POINT_GROUP = "ncclean.methods"
 
 BUILTIN: dict[str, str] = {
+    "clip": "ncclean.methods.clip:Clip",
     "crcl": "ncclean.methods.crcl:CRCL",
     "gmm": "ncclean.methods.gmm:GMM",
     "pc2": "ncclean.methods.pc2:PC2",

@@ -1,0 +1,97 @@
+"""``clip``: the CLIP-score filter (DataComp's baseline), on whatever embeddings there are.
+
+Each pair's score is the cosine similarity of its image and caption embeddings (``clip_sim``);
+``clean_prob`` is the posterior of the higher-mean component of the shared two-component mixture
+fitted to the similarities. ``keep_fraction`` applies DataComp's rule instead: the top fraction
+by similarity is clean (``clean_prob`` 1), the rest noisy (0), ties broken by position.
+
+Where the embeddings come from:
+
+- precomputed vectors (``--image-emb-col`` and ``--text-emb-col`` with the ``column`` towers):
+  their raw cosine, no training at all. This is the CLIP score when the columns hold CLIP
+  embeddings.
+- a loaded matcher (``--load-matcher``): its joint embeddings.
+- otherwise, where no pretrained CLIP exists: a matcher warmed up on the corpus itself, exactly
+  ``gmm``'s warm-up (mean hinge over in-batch negatives, ``warmup_epochs`` by
+  :func:`ncclean.methods.gmm.schedule`). That is a plain loss-free similarity filter on a matcher
+  that has seen the noise, the prototype's floor, not a pretrained model's judgement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ncclean.errors import BadOptionError
+from ncclean.methods.base import Context, Method, MethodResult
+from ncclean.methods.mixture import fit_clean_posterior
+from ncclean.models.features import Features
+from ncclean.train.scoring import Embeddings, embed
+
+
+def raw_embeddings(features: Features) -> Embeddings:
+    """Unit-length copies of precomputed image and caption vectors."""
+    def unit(vectors: np.ndarray) -> np.ndarray:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)
+
+    return Embeddings(images=unit(features.image_data), texts=unit(features.text_data))
+
+
+def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
+    """``(n,)`` 1.0 for the ``round(keep * n)`` most similar pairs, 0.0 for the others."""
+    out = np.zeros(len(similarity))
+    kept = np.argsort(-similarity, kind="stable")[:int(round(keep * len(similarity)))]
+    out[kept] = 1.0
+    return out
+
+
+@dataclass
+class Clip(Method):
+    """Cosine similarity, then a two-component mixture (or ``keep_fraction``'s top-fraction
+    rule); ``warmup_epochs``, ``batch_size`` and ``lr`` only matter when a matcher has to be
+    warmed up (see the module docstring)."""
+
+    name: ClassVar[str] = "clip"
+    summary: ClassVar[str] = ("CLIP score (DataComp): cosine similarity of the pair's embeddings "
+                              "with a mixture or a top-fraction cut; no training on embeddings")
+    trains_matcher: ClassVar[bool] = False
+
+    keep_fraction: float | None = None
+    warmup_epochs: int | None = None
+    batch_size: int = 128
+    lr: float = 2e-4
+
+    def fit(self, features: Features, context: Context) -> MethodResult:
+        if self.keep_fraction is not None and not 0.0 < self.keep_fraction <= 1.0:
+            raise BadOptionError(f"keep_fraction must lie in (0, 1], got {self.keep_fraction}")
+        config = context.matcher_config
+        matcher = None
+        if context.initial is not None:
+            matcher = context.initial
+            embeddings, source = embed(matcher, features, context.device), "loaded matcher"
+        elif config is not None and config.image_tower == "column" and \
+                config.text_tower == "column":
+            embeddings, source = raw_embeddings(features), "precomputed columns"
+        else:
+            from ncclean.methods.gmm import GMM
+
+            warmed = GMM(warmup_epochs=self.warmup_epochs, epochs=0, batch_size=self.batch_size,
+                         lr=self.lr).fit(features, context)
+            matcher, embeddings = warmed.matcher, warmed.embeddings
+            source = f"matcher warmed up for {warmed.report['warmup_epochs']} epochs"
+        similarity = embeddings.pair_similarity(features)
+        report: dict = {"embeddings": source}
+        if self.keep_fraction is not None:
+            clean_prob = top_fraction(similarity, self.keep_fraction)
+            noise_rate = 1.0 - float(clean_prob.mean())
+        else:
+            clean_prob, fit = fit_clean_posterior(similarity, "high", seed=context.seed)
+            noise_rate = fit.noise_rate
+            report["mixture"] = fit.as_dict()
+        return MethodResult(clean_prob=clean_prob, columns={"clip_sim": similarity},
+                            matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
+                            report=report)

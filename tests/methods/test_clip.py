@@ -1,0 +1,53 @@
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from ncclean import api
+from ncclean.data.schema import Columns
+from ncclean.errors import BadOptionError
+from ncclean.evaluate.detection import detection_metrics
+from ncclean.methods.base import Context
+from ncclean.methods.clip import Clip, top_fraction
+from ncclean.testing import check_method, tiny_features
+from tests.helpers import write_parquet
+
+
+def test_passes_the_conformance_suite_with_a_warmed_up_matcher():
+    result = check_method(Clip(warmup_epochs=1, batch_size=32))
+    assert set(result.columns) == {"clip_sim"}
+    assert result.report["embeddings"] == "matcher warmed up for 1 epochs"
+    assert result.matcher is not None
+
+
+def test_warmed_up_similarity_finds_injected_noise():
+    features, config, truth = tiny_features(n_images=60, captions_per_image=3, noise=0.4)
+    result = Clip(warmup_epochs=8, batch_size=32, lr=5e-4).fit(features, Context(seed=0,
+                                                                        matcher_config=config))
+    assert detection_metrics(truth[features.rows], result.clean_prob).auroc > 0.75
+
+
+def test_precomputed_columns_need_no_training(tmp_path, rng):
+    n = 200
+    image = rng.normal(size=(n, 16)).astype(np.float32)
+    text = image + 0.3 * rng.normal(size=(n, 16)).astype(np.float32)
+    text[:50] = rng.normal(size=(50, 16))  # the first 50 pairs are mismatched
+    write_parquet(tmp_path / "emb.parquet", {"caption": [f"c{i}" for i in range(n)],
+                                             "img": list(image), "txt": list(text)})
+    summary = api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
+    table = pq.read_table(summary.output).to_pydict()
+    sim = np.array(table["clip_sim"])
+    expected = np.sum(image * text, 1) / np.linalg.norm(image, axis=1) / \
+        np.linalg.norm(text, axis=1)
+    assert np.allclose(sim, expected, atol=1e-5)
+    prob = np.array(table["clean_prob"])
+    assert prob[:50].max() < 0.5 < prob[50:].min()
+    assert summary.seconds["method"] < 5
+
+
+def test_keep_fraction_is_datacomps_top_fraction_rule():
+    assert top_fraction(np.array([0.1, 0.9, 0.5, 0.7]), 0.5).tolist() == [0, 1, 0, 1]
+    assert top_fraction(np.array([0.3, 0.3, 0.3]), 1 / 3).tolist() == [1, 0, 0]
+    features, config, _ = tiny_features(n_images=8)
+    with pytest.raises(BadOptionError):
+        Clip(keep_fraction=1.5).fit(features, Context(matcher_config=config))
