@@ -39,8 +39,6 @@ def test_degenerate_cases_are_nan_not_errors():
 
 def test_tiny_clean_probabilities_keep_their_order():
     # 1 - 1e-20 and 1 - 1e-30 are both exactly 1.0: ranking must not go through 1 - p.
-    from ncclean.evaluate.detection import detection_metrics
-
     truth = np.array([True, False, True, False])
     prob = np.array([1e-30, 1e-20, 1e-25, 0.9])
     assert detection_metrics(truth, prob).auroc == 1.0
