@@ -57,7 +57,7 @@ from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import Features
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import negative_mask
-from ncclean.train.scoring import Embeddings, embed
+from ncclean.train.scoring import Embeddings, embed, fixed_batches
 
 PAPER_AFTER_FREEZE = (5, 5, 5, 30)  # F30K: [7, 7, 7, 32] with 2 frozen epochs each
 UPDATES = ("epoch", "batch")
@@ -130,21 +130,12 @@ def eval_p_hat(embeddings: Embeddings, features: Features, temperature: float,
                batch_size: int, passes: int, seed: int) -> np.ndarray:
     """``p_hat`` of every pair in eval mode, averaged over ``passes`` partitions of the corpus
     into fixed seeded batches. ``(n,) float32``."""
-    n = features.n_pairs
-    images = torch.from_numpy(embeddings.images)
-    texts = torch.from_numpy(embeddings.texts)
-    image_group = torch.from_numpy(features.image_group)
-    text_group = torch.from_numpy(features.text_group)
-    total = np.zeros(n, dtype=np.float64)
+    total = np.zeros(features.n_pairs, dtype=np.float64)
     for k in range(passes):
-        order = np.random.default_rng([seed, 4111, k]).permutation(n)
-        for start in range(0, n, batch_size):
-            rows = torch.from_numpy(order[start:start + batch_size])
-            sims = images[image_group[rows]] @ texts[text_group[rows]].T
-            row, column = matching_probabilities(
-                sims, negative_mask(image_group[rows], text_group[rows]), temperature)
-            total[order[start:start + batch_size]] += \
-                ((row.diagonal() + column.diagonal()) / 2).numpy()
+        rng = np.random.default_rng([seed, 4111, k])
+        for pairs, sims, mask in fixed_batches(embeddings, features, batch_size, rng):
+            row, column = matching_probabilities(sims, mask, temperature)
+            total[pairs] += ((row.diagonal() + column.diagonal()) / 2).numpy()
     return (total / passes).astype(np.float32)
 
 

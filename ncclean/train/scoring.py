@@ -15,6 +15,7 @@ training epoch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,23 @@ def embed(matcher: nn.Module, features: Features, device: str = "cpu",
     return Embeddings(images=out[0], texts=out[1])
 
 
+def fixed_batches(embeddings: Embeddings, features: Features, batch_size: int,
+                  rng: np.random.Generator) -> Iterator[tuple[np.ndarray, torch.Tensor,
+                                                               torch.Tensor]]:
+    """Every pair once, in batches of a seeded permutation: ``(pairs, sims, mask)`` with the
+    batch's pair indices, its ``(B, B)`` cosine matrix and its valid-negative mask."""
+    images = torch.from_numpy(embeddings.images)
+    texts = torch.from_numpy(embeddings.texts)
+    image_group = torch.from_numpy(features.image_group)
+    text_group = torch.from_numpy(features.text_group)
+    order = rng.permutation(features.n_pairs)
+    for start in range(0, len(order), batch_size):
+        pairs = order[start:start + batch_size]
+        rows = torch.from_numpy(pairs)
+        sims = images[image_group[rows]] @ texts[text_group[rows]].T
+        yield pairs, sims, negative_mask(image_group[rows], text_group[rows])
+
+
 def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0.2,
                 negatives: str = "pool", pool_size: int = 1024, batch_size: int = 128,
                 seed: int = 0) -> np.ndarray:
@@ -88,12 +106,8 @@ def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0
     text_group = torch.from_numpy(features.text_group)
     out = np.empty(n, dtype=np.float32)
     if negatives == "batches":
-        order = rng.permutation(n)
-        for start in range(0, n, batch_size):
-            pairs = torch.from_numpy(order[start:start + batch_size])
-            img, txt = images[image_group[pairs]], texts[text_group[pairs]]
-            mask = negative_mask(image_group[pairs], text_group[pairs])
-            out[order[start:start + batch_size]] = mean_hinge(img @ txt.T, mask, margin).numpy()
+        for pairs, sims, mask in fixed_batches(embeddings, features, batch_size, rng):
+            out[pairs] = mean_hinge(sims, mask, margin).numpy()
         return out
 
     pool = torch.from_numpy(np.sort(rng.choice(n, size=min(pool_size, n), replace=False)))
