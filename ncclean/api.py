@@ -722,14 +722,12 @@ def retrain(
     Recall@K on ``test`` (:mod:`ncclean.evaluate.retrain`); with ``baseline``, also on every
     valid pair and, when ``input`` has ``noisy_gt``, on the truly clean pairs. The matcher's
     architecture and encoders are the scoring run's (from its sidecar)."""
-    import json
 
     import numpy as np
 
     from ncclean.data.cache import default_cache_dir
     from ncclean.data.corpus import read_corpus
-    from ncclean.data.parquet import open_pairs, sidecar_path
-    from ncclean.data.schema import NOISY_GT
+    from ncclean.data.results import PARTITIONS
     from ncclean.errors import BadOptionError, SchemaError
     from ncclean.evaluate.retrain import (
         KEEPS,
@@ -741,6 +739,7 @@ def retrain(
     )
     from ncclean.models.features import build_features, complete_config
     from ncclean.models.matcher import MatcherConfig
+    from ncclean.report.scored import open_scored
 
     if keep not in KEEPS:
         raise BadOptionError(f"--keep must be one of {', '.join(KEEPS)}, got {keep!r}")
@@ -748,14 +747,11 @@ def retrain(
         raise BadOptionError(f"--steps must be at least 1, got {steps}")
     device = resolve_device(device)
     cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
-    source = open_pairs(input)
-    needed = ["partition", "clean_prob"] + (["pseudo_caption_id"] if pseudo_captions else [])
-    missing = [c for c in needed if c not in source.schema.names]
-    if missing:
-        raise SchemaError(f"{input} is not a scored file (no {', '.join(missing)} column); run "
-                          "'ncclean score' on it first")
-    side = sidecar_path(source.path)
-    settings = json.loads(side.read_text()).get("matcher", {}) if side.exists() else {}
+    scored = open_scored(input)
+    if pseudo_captions and "pseudo_caption_id" not in scored.source.schema.names:
+        raise SchemaError(f"{input} has no pseudo_caption_id column; score it with "
+                          "pseudo-captions on")
+    settings = scored.sidecar.get("matcher", {})
     config = MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"})
     if config.image_tower == "column" and not columns.image_emb:
         raise BadOptionError("the scoring run used precomputed image vectors: give "
@@ -774,15 +770,13 @@ def retrain(
     features = build_features(corpus, config, cache_dir=cache, progress=progress)
     test_features = build_features(held_out, config, cache_dir=cache, progress=progress)
 
-    table = source.read_columns([c for c in needed + [NOISY_GT, "id"]
-                                 if c in source.schema.names])
     rows = features.rows
-    partition = np.array(table.column("partition").to_pylist(), dtype=object)[rows]
-    clean_prob = table.column("clean_prob").to_numpy(zero_copy_only=False)[rows]
+    partition = np.asarray(PARTITIONS, dtype=object)[scored.partition[rows]]
+    clean_prob = scored.clean_prob[rows]
     pseudo = None
     if pseudo_captions:
         row_of = {pair_id: row for row, pair_id in enumerate(corpus.ids.to_pylist())}
-        donors = table.column("pseudo_caption_id").to_pylist()
+        donors = scored.source.read_columns(["pseudo_caption_id"]).column(0).to_pylist()
         donor_row = np.array([row_of.get(d, -1) if d is not None else -1 for d in donors])[rows]
         pseudo = np.where(donor_row >= 0, corpus.text_group[np.maximum(donor_row, 0)], -1)
     arm = cleaned_arm(partition, clean_prob, keep, pseudo)
@@ -792,8 +786,8 @@ def retrain(
     if baseline:
         everyone = np.arange(features.n_pairs)
         arms.append(Arm("noisy", everyone, np.ones(len(everyone))))
-        if NOISY_GT in table.column_names:
-            truth = np.array(table.column(NOISY_GT).to_pylist(), dtype=bool)[rows]
+        if scored.noisy_gt is not None:
+            truth = scored.noisy_gt[rows]
             arms.append(Arm("oracle", np.flatnonzero(~truth), np.ones(int((~truth).sum()))))
     results = run_arms(features, test_features, arms, config, RetrainConfig(steps=steps), seed,
                        device, progress)
