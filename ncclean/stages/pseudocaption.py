@@ -102,14 +102,13 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
               "n_donors": int(len(donor_rows))}
     if len(donor_rows) == 0 or len(query_rows) == 0:
         return donor, score, report | {"min_score": None, "suggested": 0}
+    min_score = space.min_score
+    if min_score is None:
+        own = np.einsum("nd,nd->n", space.query[donor_rows], space.key[donor_rows])
+        min_score = float(np.percentile(own, 5))
     if space.by_text:  # one donor per distinct caption: the first clean pair with that text
         _, first = np.unique(features.text_group[donor_rows], return_index=True)
         donor_rows = donor_rows[np.sort(first)]
-    min_score = space.min_score
-    if min_score is None:
-        own = np.einsum("nd,nd->n", space.query[np.flatnonzero(donors)],
-                        space.key[np.flatnonzero(donors)])
-        min_score = float(np.percentile(own, 5))
     best, best_score = _best(space.query[query_rows], space.key[donor_rows],
                              features.text_group[query_rows], features.text_group[donor_rows])
     keep = np.isfinite(best_score) & (best_score >= min_score)

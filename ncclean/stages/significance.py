@@ -141,6 +141,14 @@ def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates
     per_pass = np.full((config.passes, features.n_pairs), np.nan)
     steps = math.ceil(len(rows) / config.batch_size) * config.passes
     done = 0
+
+    def bank(pairs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 9 for the batch's memory entries under the current probe:
+        ``l_i2t = CE_i2t(image entry) + CE_i2t(text entry)``, ``l_t2i`` likewise."""
+        by_image = _bank_losses(probe, features, image_entry[pairs], device, config.temperature)
+        by_text = _bank_losses(probe, features, text_entry[pairs], device, config.temperature)
+        return by_image[0] + by_text[0], by_image[1] + by_text[1]
+
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -150,10 +158,7 @@ def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates
                 pairs = order[start:start + config.batch_size]
                 probe.load_state_dict(base_state)
                 with torch.no_grad():
-                    before = _bank_losses(probe, features, image_entry[pairs], device,
-                                          config.temperature), \
-                        _bank_losses(probe, features, text_entry[pairs], device,
-                                     config.temperature)
+                    i2t_before, t2i_before = bank(pairs)
                 batch = features.batch(pairs, device)
                 sims = probe.encode_images(*batch.images) @ probe.encode_texts(*batch.texts).T
                 i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group,
@@ -166,15 +171,7 @@ def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates
                     for parameter in probe.parameters():
                         if parameter.grad is not None:
                             parameter.add_(parameter.grad, alpha=-config.step_size)
-                    after = _bank_losses(probe, features, image_entry[pairs], device,
-                                         config.temperature), \
-                        _bank_losses(probe, features, text_entry[pairs], device,
-                                     config.temperature)
-                # l_i2t = CE_i2t(image entry) + CE_i2t(text entry); l_t2i likewise (Eq. 9)
-                i2t_before = before[0][0] + before[1][0]
-                t2i_before = before[0][1] + before[1][1]
-                i2t_after = after[0][0] + after[1][0]
-                t2i_after = after[0][1] + after[1][1]
+                    i2t_after, t2i_after = bank(pairs)
                 ratio = 0.5 * (i2t_before / i2t_after.clamp(min=1e-12) +
                                t2i_before / t2i_after.clamp(min=1e-12))
                 per_pass[k, pairs] = ratio.cpu().numpy()
