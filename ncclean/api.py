@@ -473,7 +473,7 @@ def _run_stages(result, features, clean_prob, parts, significance: str, passes: 
         space = result.donor_space or matcher_space(embeddings, features)
         donor, donor_score, report = pseudo_captions(
             space, features, parts == "noisy",
-            np.isin(parts, ["clean_significant", "clean_insignificant"]))
+            np.isin(parts, ["clean_significant", "clean_insignificant"]), seed=seed)
         stages.donor, stages.donor_score = donor, donor_score
         stages.report["pseudo_captions"] = report
     return stages

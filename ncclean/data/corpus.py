@@ -157,10 +157,10 @@ def read_corpus(
     ids: list[pa.Array] = []
     image_ids: list[pa.Array] = []
     image_keys: list[bytes | None] = []
-    emb_chunks: dict[str, list[pa.Array]] = {c: [] for c in (resolved.image_emb, resolved.text_emb)
-                                             if c is not None}
+    embeddings = {c: _EmbeddingColumn(c, source.schema.field(c).type, n)
+                  for c in (resolved.image_emb, resolved.text_emb) if c is not None}
     read = [resolved.caption] + [c for c in (resolved.id, resolved.image_id) if c]
-    read += list(emb_chunks)
+    read += list(embeddings)
     if resolved.image and not resolved.image_id:
         read.append(resolved.image)
 
@@ -181,8 +181,8 @@ def read_corpus(
             base = shard.path.parent
             image_keys += [image_identity(v, base)
                            for v in image_values(batch.column(resolved.image), kind)]
-        for name in emb_chunks:
-            emb_chunks[name].append(batch.column(name))
+        for name, column in embeddings.items():
+            column.add(first_row, batch.column(name))
         progress("reading", first_row + batch.num_rows, n)
 
     corpus = Corpus(
@@ -195,8 +195,9 @@ def read_corpus(
     )
     if resolved.id:
         _mark_duplicate_ids(corpus)
-    for name, chunks in emb_chunks.items():
-        emb = _embeddings(corpus, name, pa.chunked_array(chunks))
+    for name, column in embeddings.items():
+        which = "image" if name == resolved.image_emb else "text"
+        emb = column.finish(corpus, which)
         if name == resolved.image_emb:
             corpus.image_emb = emb
         else:
@@ -209,8 +210,7 @@ def read_corpus(
         first_rows = np.unique(corpus.image_group, return_index=True)[1]
         corpus.image_digests = [image_keys[row] for row in first_rows]
     else:  # images only as embeddings: equal vectors are the same image
-        keys = [row.tobytes() for row in corpus.image_emb]
-        corpus.image_group = _first_appearance_codes(pa.array(keys, pa.binary()))
+        corpus.image_group = _first_appearance_codes(row_hashes(corpus.image_emb))
 
     if image_size is not None and resolved.image:
         load_images(corpus, image_size, max_pixels=max_image_pixels, cache_dir=cache_dir,
@@ -236,29 +236,97 @@ def _mark_duplicate_ids(corpus: Corpus) -> None:
         corpus.mark(row, f"duplicate id: {ids[int(row)].as_py()!r} appears earlier")
 
 
-def _embeddings(corpus: Corpus, name: str, column: pa.ChunkedArray) -> np.ndarray:
-    """``(n, d) float32``; rows with a null, a wrong length, NaN or infinity are zero and marked.
-    ``d`` is the most common length."""
-    which = "image" if name == corpus.columns.image_emb else "text"
-    array = column.combine_chunks()
-    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
-    null = array.is_null().to_numpy(zero_copy_only=False)
-    present = lengths[~null].astype(np.int64)
-    if len(present) == 0:
-        corpus.mark(null, f"missing {which} embedding")
-        return np.zeros((len(array), 0), dtype=np.float32)
-    dim = int(np.bincount(present).argmax())
-    good_length = (~null) & (np.nan_to_num(lengths, nan=-1) == dim)
-    values = pc.list_flatten(array.filter(pa.array(good_length))).to_numpy(zero_copy_only=False)
-    out = np.zeros((len(array), dim), dtype=np.float32)
-    out[good_length] = values.astype(np.float32, copy=False).reshape(-1, dim)
-    corpus.mark(null, f"missing {which} embedding")
-    for row in np.flatnonzero(~null & ~good_length):
-        corpus.mark(row, f"{which} embedding has {int(lengths[row])} values, expected {dim}")
-    finite = np.isfinite(out).all(axis=1)
-    corpus.mark(~finite, f"{which} embedding holds NaN or infinity")
-    out[~finite] = 0.0
-    return out
+_CHUNK = 65536  # rows per block when scanning embeddings, so temporaries stay small
+
+
+class _EmbeddingColumn:
+    """One embedding column read batch by batch.
+
+    A fixed-size list column (how LAION and DataComp ship embeddings, and what ``ncclean embed``
+    writes) goes straight into one preallocated ``(n, d)`` array, float16 when the values are
+    float16 (half the memory), float32 otherwise: memory is the array itself, whatever N is.
+    Variable-length lists are kept as Arrow chunks until the end, where ``d`` is the most common
+    length.
+    """
+
+    def __init__(self, name: str, type_: pa.DataType, n: int):
+        self.n = n
+        self.fixed = pa.types.is_fixed_size_list(type_)
+        self.dtype = np.float16 if pa.types.is_float16(type_.value_type) else np.float32
+        self.null = np.zeros(n, dtype=bool)
+        self.chunks: list[pa.Array] = []
+        self.out = np.zeros((n, type_.list_size), dtype=self.dtype) if self.fixed else None
+
+    def add(self, first_row: int, array: pa.Array) -> None:
+        if not self.fixed:
+            self.chunks.append(array)
+            return
+        d = self.out.shape[1]
+        if array.null_count == 0:  # the values buffer as is, no flattening copy
+            values = array.values.to_numpy(zero_copy_only=False)
+            block = values[array.offset * d:(array.offset + len(array)) * d]
+            self.out[first_row:first_row + len(array)] = block.reshape(-1, d)
+            return
+        null = array.is_null().to_numpy(zero_copy_only=False)
+        values = pc.list_flatten(array).to_numpy(zero_copy_only=False)
+        self.out[first_row + np.flatnonzero(~null)] = values.reshape(-1, d)
+        self.null[first_row:first_row + len(array)] = null
+
+    def finish(self, corpus: Corpus, which: str) -> np.ndarray:
+        """The ``(n, d)`` array; rows with a null, a wrong length, NaN or infinity are zero and
+        marked invalid."""
+        out = self.out if self.fixed else self._from_lists(corpus, which)
+        corpus.mark(self.null, f"missing {which} embedding")
+        finite = np.ones(len(out), dtype=bool)
+        for start in range(0, len(out), _CHUNK):
+            finite[start:start + _CHUNK] = _finite_rows(out[start:start + _CHUNK])
+        corpus.mark(~finite, f"{which} embedding holds NaN or infinity")
+        out[~finite] = 0
+        return out
+
+    def _from_lists(self, corpus: Corpus, which: str) -> np.ndarray:
+        array = pa.chunked_array(self.chunks).combine_chunks()
+        self.chunks = []
+        lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+        self.null = array.is_null().to_numpy(zero_copy_only=False)
+        present = lengths[~self.null].astype(np.int64)
+        if len(present) == 0:
+            return np.zeros((len(array), 0), dtype=self.dtype)
+        dim = int(np.bincount(present).argmax())
+        good_length = (~self.null) & (np.nan_to_num(lengths, nan=-1) == dim)
+        values = pc.list_flatten(array.filter(pa.array(good_length))).to_numpy(
+            zero_copy_only=False)
+        out = np.zeros((len(array), dim), dtype=self.dtype)
+        out[good_length] = values.astype(self.dtype, copy=False).reshape(-1, dim)
+        for row in np.flatnonzero(~self.null & ~good_length):
+            corpus.mark(row, f"{which} embedding has {int(lengths[row])} values, expected {dim}")
+        return out
+
+
+def _finite_rows(block: np.ndarray) -> np.ndarray:
+    """``(len(block),) bool``: rows without NaN or infinity. float16 is checked on its bits (all
+    exponent bits set), 3x faster than numpy's emulated float16 ``isfinite``."""
+    if block.dtype == np.float16:
+        return ~((block.view(np.uint16) & 0x7C00) == 0x7C00).any(axis=1)
+    return np.isfinite(block).all(axis=1)
+
+
+def row_hashes(vectors: np.ndarray) -> pa.Array:
+    """A 128-bit hash of every row's bytes as ``binary(16)``: equal rows, equal hashes. Two
+    independent random linear hashes over the row's widest machine words (wrapping uint64
+    arithmetic), block by block, so a million 512-d rows need no per-row Python objects."""
+    row_bytes = vectors.shape[1] * vectors.itemsize
+    word = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
+    words = np.ascontiguousarray(vectors).view(f"u{word}").reshape(len(vectors), -1)
+    weights = np.random.default_rng(0x6E63).integers(
+        1, 2**63, size=(2, words.shape[1]), dtype=np.uint64) | np.uint64(1)
+    out = np.empty((len(vectors), 2), dtype=np.uint64)
+    for start in range(0, len(words), _CHUNK):
+        block = words[start:start + _CHUNK].astype(np.uint64, copy=False)
+        for k in range(2):
+            out[start:start + len(block), k] = (block * weights[k]).sum(axis=1)
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(out),
+                                                [None, pa.py_buffer(out.tobytes())])
 
 
 # Bump when decoding changes (resampling, padding): cached images of older versions are ignored.

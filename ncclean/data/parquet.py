@@ -60,7 +60,11 @@ class PairSource:
         batch's first row. ``columns=None`` reads every column."""
         for shard in self.shards:
             offset = shard.first_row
-            for batch in pq.ParquetFile(shard.path).iter_batches(
+            # pre_buffer (pyarrow's default) fetches every row group's column chunks ahead of
+            # the reader: memory then grows with the file (2 GB for a million 512-d float16 pairs
+            # instead of 0.1 GB). Buffered reads keep it at about one row group.
+            reader = pq.ParquetFile(shard.path, pre_buffer=False, buffer_size=1 << 22)
+            for batch in reader.iter_batches(
                 batch_size=batch_rows, columns=columns, use_threads=True
             ):
                 yield shard, offset, batch
@@ -201,10 +205,24 @@ def sidecar_path(out: str | os.PathLike) -> Path:
     return out.with_name(out.name + ".json")
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Columns worth dictionary encoding and min/max statistics: all but lists of floats
+    (embeddings), whose values rarely repeat and are never filtered on. Dictionary-encoded
+    float16 embeddings read 8x slower than plain ones; their statistics cost a third of the
+    write."""
+    def is_vector(type_: pa.DataType) -> bool:
+        return (pa.types.is_list(type_) or pa.types.is_fixed_size_list(type_)
+                or pa.types.is_large_list(type_)) and pa.types.is_floating(type_.value_type)
+
+    return [field.name for field in schema if not is_vector(field.type)]
+
+
 def write_table(dest: str | os.PathLike, table: pa.Table) -> None:
     """Write a whole in-memory table to Parquet (zstd), atomically."""
     with atomic_path(dest) as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=BATCH_ROWS)
+        pq.write_table(table, tmp, compression="zstd", row_group_size=BATCH_ROWS,
+                       use_dictionary=dictionary_columns(table.schema),
+                       write_statistics=dictionary_columns(table.schema))
 
 
 def write_pairs(
@@ -236,7 +254,9 @@ def write_pairs(
     schema = pa.schema(fields, metadata=source.schema.metadata)
 
     read_columns = [n for n in source.schema.names if n not in replaced]
-    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+    with atomic_path(out) as tmp, pq.ParquetWriter(
+            tmp, schema, compression="zstd", use_dictionary=dictionary_columns(schema),
+            write_statistics=dictionary_columns(schema)) as writer:
         if read_columns:
             batches = source.iter_batches(read_columns, batch_rows)
         else:  # every input column is replaced: walk the row ranges only

@@ -32,13 +32,23 @@ from ncclean.train.scoring import Embeddings, embed
 
 
 def raw_embeddings(features: Features) -> Embeddings:
-    """Unit-length copies of precomputed image and caption vectors."""
-    def unit(vectors: np.ndarray) -> np.ndarray:
-        vectors = np.asarray(vectors, dtype=np.float32)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.maximum(norms, 1e-12)
+    """Unit-length precomputed image and caption vectors, in their own dtype (float16 stays
+    float16). Vectors that are already unit length (CLIP's usually are) are used in place, so a
+    million-pair corpus is not copied."""
+    return Embeddings(images=_unit(features.image_data), texts=_unit(features.text_data))
 
-    return Embeddings(images=unit(features.image_data), texts=unit(features.text_data))
+
+def _unit(vectors: np.ndarray, block: int = 65536, tolerance: float = 1e-2) -> np.ndarray:
+    norms = np.concatenate([np.linalg.norm(vectors[i:i + block].astype(np.float32), axis=1)
+                            for i in range(0, len(vectors), block)] or [np.zeros(0)])
+    if np.all((np.abs(norms - 1) <= tolerance) | (norms == 0)):
+        return vectors
+    dtype = vectors.dtype if vectors.dtype in (np.float16, np.float32) else np.float32
+    out = np.empty(vectors.shape, dtype=dtype)
+    for i in range(0, len(vectors), block):
+        rows = vectors[i:i + block].astype(np.float32)
+        out[i:i + block] = rows / np.maximum(norms[i:i + block, None], 1e-12)
+    return out
 
 
 def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:

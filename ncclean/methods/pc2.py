@@ -299,9 +299,11 @@ class PC2(GMM):
         space = np.concatenate(
             [p / np.linalg.norm(p, axis=1, keepdims=True) for p in objective.image_probs],
             axis=1) / np.sqrt(2)
-        per_pair = np.ascontiguousarray(space[features.image_group], dtype=np.float32)
-        result.donor_space = DonorSpace(query=per_pair, key=per_pair, name="pc2-classes",
-                                        min_score=self.pseudo_threshold)
+        space = space.astype(np.float32)
+        result.donor_space = DonorSpace(query=space, key=space, name="pc2-classes",
+                                        min_score=self.pseudo_threshold,
+                                        query_index=features.image_group,
+                                        key_index=features.image_group)
         result.report |= {
             "n_classes": int(objective.image_probs[0].shape[1]),
             "oscillation_mixtures": [f.as_dict() for f in objective.osc_fits if f is not None]}

@@ -36,9 +36,10 @@ class Features:
     """The usable pairs of a corpus as indices into shared image and text tables.
 
     - ``rows``, ``image_group``, ``text_group``: ``(n_pairs,) int64``;
-    - ``image_data``: ``(n_images, S, S, 3) uint8`` pixels or ``(n_images, d) float32`` vectors;
+    - ``image_data``: ``(n_images, S, S, 3) uint8`` pixels or ``(n_images, d)`` float vectors
+      (float16 when the input column is);
     - ``text_data``: ``(n_texts, L) int64`` token ids (with ``text_lengths``, ``(n_texts,)``) or
-      ``(n_texts, d) float32`` vectors.
+      ``(n_texts, d)`` float vectors.
     """
 
     rows: np.ndarray
@@ -93,6 +94,14 @@ def _first_rows(groups: np.ndarray) -> np.ndarray:
     return np.unique(groups, return_index=True)[1]
 
 
+def _rows_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``table[rows]``, without a copy when ``rows`` is every row in order (every pair its own
+    image or caption: the usual case for large embedding corpora)."""
+    if len(rows) == len(table) and (len(rows) == 0 or rows[-1] == len(rows) - 1):
+        return table  # first-appearance rows are increasing, so this is arange(len(table))
+    return table[rows]
+
+
 def encode_tokens(texts: list[str], vocab: Vocabulary, max_tokens: int) \
         -> tuple[np.ndarray, np.ndarray]:
     """``(n, max_tokens) int64`` padded ids and ``(n,) int64`` lengths (truncated)."""
@@ -136,7 +145,7 @@ def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | N
             raise ValueError("the pixels tower needs the corpus's images decoded")
         image_data = corpus.images
     else:
-        image_data = corpus.image_emb[_first_rows(corpus.image_group)]
+        image_data = _rows_of(corpus.image_emb, _first_rows(corpus.image_group))
 
     text_group = corpus.text_group
     first_text_rows = _first_rows(text_group)
@@ -149,7 +158,7 @@ def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | N
 
         text_data = e5_vectors(texts, cache_dir=cache_dir, progress=progress)
     else:
-        text_data = corpus.text_emb[first_text_rows]
+        text_data = _rows_of(corpus.text_emb, first_text_rows)
     return Features(rows=valid, image_group=corpus.image_group[valid],
                     text_group=text_group[valid], image_data=image_data, text_data=text_data,
                     text_lengths=lengths)

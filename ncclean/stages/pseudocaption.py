@@ -8,11 +8,12 @@ is the clean caption the matcher scores highest for the image. A method may supp
 image).
 
 Departures from PC², on purpose: the search covers the whole corpus's clean pool (blocked matrix
-products, faiss when it is installed and the pool is large), not one mini-batch, so suggestions do
-not depend on batch composition; a donor whose text equals the pair's own caption is skipped (it
-is the caption being replaced); and a suggestion scoring below ``min_score`` is withheld (null)
-rather than offered. By default ``min_score`` is the 5th percentile of the clean pairs' own
-scores in the same space: a suggestion must fit the image at least as well as the
+products), not one mini-batch, so suggestions do not depend on batch composition (for corpora
+so large that this would exceed the stages' search budget, a seeded sample of the clean pool:
+:data:`ncclean.stages.SEARCH_BUDGET`); a donor whose text equals the pair's own caption is
+skipped (it is the caption being replaced); and a suggestion scoring below ``min_score`` is
+withheld (null) rather than offered. By default ``min_score`` is the 5th percentile of the clean
+pairs' own scores in the same space: a suggestion must fit the image at least as well as the
 worst-fitting clean pairs fit theirs.
 """
 
@@ -24,74 +25,90 @@ import numpy as np
 import torch
 
 from ncclean.models.features import Features
+from ncclean.stages import reference_cap
 from ncclean.train.scoring import Embeddings
 
 _BLOCK = 2048
-_FAISS_FROM = 200_000  # donors above which faiss is used when installed
 
 
 @dataclass(frozen=True)
 class DonorSpace:
     """Vectors per pair to search donors in: pair ``i``'s donor maximises
-    ``query[i] . key[j]`` over clean pairs ``j`` (both ``(n_pairs, k)``, unit length for cosine).
+    ``query(i) . key(j)`` over clean pairs ``j`` (unit length for cosine).
 
-    ``by_text``: keys depend only on the caption text, so one donor per distinct text suffices.
-    ``min_score``: scores below it get no suggestion; ``None`` derives it from the clean pairs'
-    own ``query . key`` (see the module docstring)."""
+    ``query`` and ``key`` hold one row per pair, or, with ``query_index`` / ``key_index``
+    (``(n_pairs,)``), one row per table entry that the index maps pairs to (the matcher's image
+    and caption tables: nothing is copied per pair). ``by_text``: keys depend only on the caption
+    text, so one donor per distinct text suffices. ``min_score``: scores below it get no
+    suggestion; ``None`` derives it from the clean pairs' own ``query . key`` (see the module
+    docstring)."""
 
     query: np.ndarray
     key: np.ndarray
     name: str
     by_text: bool = False
     min_score: float | None = None
+    query_index: np.ndarray | None = None
+    key_index: np.ndarray | None = None
+
+    def queries(self, pairs: np.ndarray) -> np.ndarray:
+        """``(len(pairs), k) float32`` query vectors of ``pairs``."""
+        rows = pairs if self.query_index is None else self.query_index[pairs]
+        return self.query[rows].astype(np.float32, copy=False)
+
+    def keys(self, pairs: np.ndarray) -> np.ndarray:
+        """``(len(pairs), k) float32`` key vectors of ``pairs``."""
+        rows = pairs if self.key_index is None else self.key_index[pairs]
+        return self.key[rows].astype(np.float32, copy=False)
 
 
 def matcher_space(embeddings: Embeddings, features: Features) -> DonorSpace:
     """The matcher's joint space: image embedding as query, caption embedding as key."""
-    return DonorSpace(query=embeddings.images[features.image_group],
-                      key=embeddings.texts[features.text_group], name="matcher", by_text=True)
+    return DonorSpace(query=embeddings.images, key=embeddings.texts, name="matcher",
+                      by_text=True, query_index=features.image_group,
+                      key_index=features.text_group)
 
 
-def _best(queries: np.ndarray, keys: np.ndarray, query_text: np.ndarray,
-          key_text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Index of the best key for every query (skipping keys with the query's own text) and its
-    score. Exact search by blocked products, or faiss's exact inner-product index."""
-    if len(keys) >= _FAISS_FROM:
-        try:
-            import faiss
-        except ImportError:
-            faiss = None
-        if faiss is not None:
-            index = faiss.IndexFlatIP(keys.shape[1])
-            index.add(np.ascontiguousarray(keys, dtype=np.float32))
-            scores, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), 2)
-            own = key_text[found[:, 0]] == query_text
-            pick = np.where(own, 1, 0)
-            rows = np.arange(len(queries))
-            return found[rows, pick], scores[rows, pick]
-    key_tensor = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
-    key_text_tensor = torch.from_numpy(key_text)
-    best = np.empty(len(queries), dtype=np.int64)
-    score = np.empty(len(queries), dtype=np.float32)
-    for start in range(0, len(queries), _BLOCK):
-        block = torch.from_numpy(np.ascontiguousarray(queries[start:start + _BLOCK],
-                                                      dtype=np.float32))
-        sims = block @ key_tensor.T
-        own = torch.from_numpy(query_text[start:start + _BLOCK])[:, None] == \
-            key_text_tensor[None, :]
-        top = sims.masked_fill(own, float("-inf")).max(dim=1)
-        best[start:start + len(block)] = top.indices.numpy()
-        score[start:start + len(block)] = top.values.numpy()
+def _best(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
+          text_group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index into ``donor_rows`` of the best donor for every query pair (skipping donors with
+    the query's own text) and its score, by blocked matrix products. When donors have distinct
+    texts (``by_text``), a query's own text is at most one donor, excluded by position;
+    otherwise by a mask."""
+    keys = torch.from_numpy(space.keys(donor_rows))
+    donor_text = text_group[donor_rows]
+    order = np.argsort(donor_text, kind="stable")
+    sorted_text = donor_text[order]
+    distinct = space.by_text or len(np.unique(donor_text)) == len(donor_text)
+    donor_text_tensor = torch.from_numpy(donor_text)
+    best = np.empty(len(query_rows), dtype=np.int64)
+    score = np.empty(len(query_rows), dtype=np.float32)
+    for start in range(0, len(query_rows), _BLOCK):
+        rows = query_rows[start:start + _BLOCK]
+        sims = torch.from_numpy(space.queries(rows)) @ keys.T
+        texts = text_group[rows]
+        if distinct:
+            position = np.minimum(np.searchsorted(sorted_text, texts), len(sorted_text) - 1)
+            inside = np.flatnonzero(sorted_text[position] == texts)
+            sims[torch.from_numpy(inside), torch.from_numpy(order[position[inside]])] = \
+                float("-inf")
+        else:
+            own = torch.from_numpy(texts)[:, None] == donor_text_tensor[None, :]
+            sims.masked_fill_(own, float("-inf"))
+        top = sims.max(dim=1)
+        best[start:start + len(rows)] = top.indices.numpy()
+        score[start:start + len(rows)] = top.values.numpy()
     return best, score
 
 
 def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
-                    donors: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+                    donors: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict]:
     """Donor pair and score for every ``noisy`` pair, searched among ``donors``.
 
     ``noisy``, ``donors``: ``(n_pairs,) bool``. Returns ``donor`` ``(n_pairs,) int64`` (pair
     index, -1 for no suggestion), ``score`` ``(n_pairs,) float32`` (NaN without suggestion) and
-    a report (threshold, coverage).
+    a report (threshold, coverage, how many donors were searched). Beyond the stages' search
+    budget (:data:`ncclean.stages.SEARCH_BUDGET`) a seeded sample of the donors is searched.
     """
     n = features.n_pairs
     donor = np.full(n, -1, dtype=np.int64)
@@ -104,13 +121,19 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
         return donor, score, report | {"min_score": None, "suggested": 0}
     min_score = space.min_score
     if min_score is None:
-        own = np.einsum("nd,nd->n", space.query[donor_rows], space.key[donor_rows])
+        own = np.concatenate([
+            np.einsum("nd,nd->n", space.queries(block), space.keys(block))
+            for block in np.array_split(donor_rows, max(1, len(donor_rows) // 65536))])
         min_score = float(np.percentile(own, 5))
     if space.by_text:  # one donor per distinct caption: the first clean pair with that text
         _, first = np.unique(features.text_group[donor_rows], return_index=True)
         donor_rows = donor_rows[np.sort(first)]
-    best, best_score = _best(space.query[query_rows], space.key[donor_rows],
-                             features.text_group[query_rows], features.text_group[donor_rows])
+    cap = reference_cap(len(query_rows))
+    if len(donor_rows) > cap:
+        donor_rows = np.sort(np.random.default_rng([seed, 67]).choice(donor_rows, cap,
+                                                                      replace=False))
+    report["searched_donors"] = int(len(donor_rows))
+    best, best_score = _best(space, query_rows, donor_rows, features.text_group)
     keep = np.isfinite(best_score) & (best_score >= min_score)
     donor[query_rows[keep]] = donor_rows[best[keep]]
     score[query_rows[keep]] = best_score[keep]

@@ -16,7 +16,9 @@ pool of ``K`` confident-clean images, the caption's text-to-image probability of
 ``p = softmax(cos / temperature)``, measures what the caption tells: ``log2(K p)`` bits, out of
 the ``log2(K)`` needed to single the image out. ``significance = log(K p) / (share * log K)``, so
 a caption carrying at least ``share`` (default a quarter) of those bits is significant (>= 1).
-Collection names such as "gramastar" fit hundreds of images equally and carry almost none.
+Collection names such as "gramastar" fit hundreds of images equally and carry almost none. The
+pool holds at most ``bank_size`` pairs, and fewer for corpora so large that every candidate
+against it would exceed the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET`).
 Users asked for these correct-but-empty pairs to leave ``clean_significant``; SDD's ratio does
 not move them (it marks them significant *more* often than other clean pairs: measured in
 ``benchmarks/RESULTS.md``).
@@ -38,6 +40,7 @@ import torch
 
 from ncclean.models.features import Features
 from ncclean.progress import Progress, no_progress
+from ncclean.stages import reference_cap
 from ncclean.train.losses import contrastive_ce, negative_mask
 from ncclean.train.scoring import Embeddings, embed
 
@@ -95,20 +98,22 @@ def nearest_in_pool(vectors: np.ndarray, keys: np.ndarray, pool: np.ndarray,
 
 def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarray,
                 pool: np.ndarray, temperature: float, share: float = 0.25) -> np.ndarray:
-    """``(n,)``: the specificity significance of every candidate (NaN elsewhere)."""
+    """``(n,)``: the specificity significance of every candidate (NaN elsewhere). The pair's own
+    image is excluded from the pool's by position (one entry per row), not by a mask."""
     pool_groups = np.unique(features.image_group[pool])
-    pool_images = torch.from_numpy(embeddings.images[pool_groups])
+    pool_images = torch.from_numpy(embeddings.images[pool_groups]).float()
     k = len(pool_groups) + 1  # the pool's images and the pair's own
     out = np.full(features.n_pairs, np.nan)
     rows = np.flatnonzero(candidates)
     for start in range(0, len(rows), _BLOCK):
         block = rows[start:start + _BLOCK]
-        texts = torch.from_numpy(embeddings.texts[features.text_group[block]])
-        own = (texts * torch.from_numpy(embeddings.images[features.image_group[block]])).sum(1)
+        groups = features.image_group[block]
+        texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
+        own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
         others = texts @ pool_images.T
-        others = others.masked_fill(torch.from_numpy(
-            features.image_group[block])[:, None] == torch.from_numpy(pool_groups)[None, :],
-            float("-inf"))
+        position = np.minimum(np.searchsorted(pool_groups, groups), len(pool_groups) - 1)
+        inside = np.flatnonzero(pool_groups[position] == groups)
+        others[torch.from_numpy(inside), torch.from_numpy(position[inside])] = float("-inf")
         logits = torch.cat([own[:, None], others], dim=1) / temperature
         log_p = torch.log_softmax(logits, dim=1)[:, 0]
         out[block] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
@@ -199,7 +204,10 @@ def significance(matcher, features: Features, clean_prob: np.ndarray, candidates
         return out, {"mode": config.mode, "pool": 0}
     if embeddings is None:
         embeddings = embed(matcher, features, device)
-    pool = confident_pool(clean_prob, candidates, config.bank_threshold, config.bank_size, seed)
+    size = config.bank_size
+    if config.mode == "specificity":  # every candidate against the whole pool
+        size = min(size, reference_cap(int(candidates.sum())))
+    pool = confident_pool(clean_prob, candidates, config.bank_threshold, size, seed)
     report: dict = {"mode": config.mode, "pool": int(len(pool))}
     if config.mode == "specificity":
         return specificity(embeddings, features, candidates, pool, config.temperature,

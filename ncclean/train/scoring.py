@@ -33,7 +33,8 @@ _BLOCK = 2048
 @dataclass
 class Embeddings:
     """Unit vectors of every entry of a :class:`Features`' tables: ``images`` ``(n_images, d)``
-    and ``texts`` ``(n_texts, d)``, float32, on the CPU."""
+    and ``texts`` ``(n_texts, d)``, on the CPU: float32, or float16 where they are precomputed
+    half-precision vectors used as they are (consumers compute in float32 block by block)."""
 
     images: np.ndarray
     texts: np.ndarray
@@ -44,8 +45,8 @@ class Embeddings:
         for start in range(0, features.n_pairs, _BLOCK):
             stop = start + _BLOCK
             out[start:stop] = np.einsum(
-                "nd,nd->n", self.images[features.image_group[start:stop]],
-                self.texts[features.text_group[start:stop]])
+                "nd,nd->n", self.images[features.image_group[start:stop]].astype(np.float32),
+                self.texts[features.text_group[start:stop]].astype(np.float32))
         return out
 
 

@@ -163,3 +163,31 @@ def test_cached_problems_still_mark_rows(tmp_path):
     for _ in range(2):
         corpus = read_corpus(path, image_size=4, cache_dir=tmp_path / "cache")
         assert corpus.reasons[0] is None and corpus.reasons[1].startswith("undecodable")
+
+
+def test_fixed_size_float16_embeddings_stay_half_precision(tmp_path):
+    vectors = [[1, 0, 0], [0, 1, 0], None, [math.inf, 0, 0], [1, 0, 0]]
+    path = write_parquet(tmp_path / "p.parquet", {
+        "caption": list("abcde"),
+        "img": pa.array(vectors, pa.list_(pa.float16(), 3)),
+    })
+    corpus = read_corpus(path, Columns(image_emb="img"))
+    assert corpus.image_emb.dtype == np.float16 and corpus.image_emb.shape == (5, 3)
+    assert corpus.image_emb[1].tolist() == [0, 1, 0]
+    assert corpus.reasons[2] == "missing image embedding"
+    assert corpus.reasons[3] == "image embedding holds NaN or infinity"
+    assert corpus.image_group[0] == corpus.image_group[4] != corpus.image_group[1]
+
+
+def test_row_hashes_group_equal_rows_only():
+    from ncclean.data.corpus import row_hashes
+
+    rng = np.random.default_rng(0)
+    for dtype, dim in ((np.float16, 512), (np.float32, 3), (np.float16, 3)):
+        rows = rng.standard_normal((50, dim)).astype(dtype)
+        rows[7] = rows[3]
+        rows[8] = rows[3]
+        rows[8, -1] = np.nextafter(rows[8, -1], dtype(np.inf))  # one ulp apart: a different row
+        hashes = row_hashes(rows).to_pylist()
+        assert hashes[7] == hashes[3] and hashes[8] != hashes[3]
+        assert len(set(hashes)) == 49

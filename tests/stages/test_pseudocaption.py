@@ -64,3 +64,32 @@ def test_blocked_search_matches_brute_force(rng, monkeypatch):
     for i in np.flatnonzero(noisy)[:20]:
         j = donors[np.argmax(texts[donors] @ images[i])]
         assert donor[i] == j and score[i] == pytest.approx(texts[j] @ images[i], abs=1e-6)
+
+
+def test_search_matches_brute_force_and_samples_donors_beyond_the_budget(monkeypatch):
+    import ncclean.stages.pseudocaption as module
+
+    rng = np.random.default_rng(0)
+    n = 300
+    images, texts = unit(rng.standard_normal((n, 8))), unit(rng.standard_normal((60, 8)))
+    features = Features(rows=np.arange(n), image_group=np.arange(n),
+                        text_group=rng.integers(0, 60, n), image_data=images, text_data=texts)
+    embeddings = Embeddings(images=images, texts=texts)
+    noisy = rng.random(n) < 0.3
+    space = DonorSpace(query=images, key=texts, name="t", by_text=True, min_score=-2.0,
+                       query_index=features.image_group, key_index=features.text_group)
+    donor, score, report = pseudo_captions(space, features, noisy, ~noisy)
+    donor_texts = np.unique(features.text_group[~noisy])
+    for i in np.flatnonzero(noisy):
+        allowed = donor_texts[donor_texts != features.text_group[i]]
+        sims = texts[allowed] @ images[i]
+        assert features.text_group[donor[i]] == allowed[sims.argmax()]
+        assert score[i] == pytest.approx(sims.max(), abs=1e-5)
+    assert report["searched_donors"] == len(donor_texts)
+
+    monkeypatch.setattr(module, "reference_cap", lambda n_queries: 5)
+    first = pseudo_captions(matcher_space(embeddings, features), features, noisy, ~noisy, seed=3)
+    again = pseudo_captions(matcher_space(embeddings, features), features, noisy, ~noisy, seed=3)
+    assert first[2]["searched_donors"] == 5
+    assert len(np.unique(first[0][first[0] >= 0])) <= 5
+    assert np.array_equal(first[0], again[0])

@@ -63,3 +63,28 @@ def test_unknown_mode():
     with pytest.raises(ValueError, match="specificity"):
         significance(None, tiny_features(n_images=4)[0], np.ones(12), np.ones(12, bool),
                      SignificanceConfig(mode="vibes"))
+
+
+def test_specificity_matches_its_definition_and_the_pool_respects_the_budget(monkeypatch):
+    import ncclean.stages.significance as module
+
+    rng = np.random.default_rng(1)
+    images = rng.standard_normal((40, 6)).astype(np.float32)
+    images /= np.linalg.norm(images, axis=1, keepdims=True)
+    texts = images + 0.3 * rng.standard_normal((40, 6)).astype(np.float32)
+    texts /= np.linalg.norm(texts, axis=1, keepdims=True)
+    features = Features(rows=np.arange(40), image_group=np.arange(40),
+                        text_group=np.arange(40), image_data=images, text_data=texts)
+    pool = np.arange(0, 40, 2)
+    values = specificity(Embeddings(images, texts), features, np.ones(40, bool), pool, 0.1)
+    for i in (0, 1):  # pair 0's image is in the pool (left out once), pair 1's is not
+        others = [j for j in pool if j != i]
+        logits = np.concatenate([[texts[i] @ images[i]], images[others] @ texts[i]]) / 0.1
+        log_p = logits[0] - np.log(np.exp(logits).sum())
+        k = len(pool) + 1
+        assert values[i] == pytest.approx((log_p + np.log(k)) / (0.25 * np.log(k)), rel=1e-4)
+
+    monkeypatch.setattr(module, "reference_cap", lambda n_queries: 8)
+    _, report = significance(None, features, np.ones(40), np.ones(40, bool),
+                             embeddings=Embeddings(images, texts))
+    assert report["pool"] == 8

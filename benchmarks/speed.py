@@ -1,0 +1,210 @@
+"""Speed benchmark: what each method costs on precomputed-embedding corpora of growing size.
+
+For each N (10k, 100k, 1M by default) the script writes a corpus shaped like LAION's or DataComp's
+precomputed CLIP features: ``image_emb`` and ``text_emb`` as 512-d float16 fixed-size lists, a
+short caption, an id and ``noisy_gt`` (20% of the captions' vectors come from another pair). It
+then times ``ncclean score`` in a child process, end to end (read, train, score, write), for every
+method, with the child's peak resident memory (``wait4``'s max RSS), fits how time grows with N
+(the exponent of a power law between consecutive sizes), and measures this machine's fp32 matmul
+ceiling so that each method's training throughput can be stated as a share of it.
+
+Examples::
+
+    python benchmarks/speed.py                                   # every method, 10k / 100k / 1M
+    python benchmarks/speed.py --methods clip gmm --sizes 10000 100000
+    python benchmarks/speed.py --record                          # and write benchmarks/SPEED.md
+
+Corpora are cached under ``--work`` (default ``/tmp/ncclean-speed``) and reused by later runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+DIM = 512
+LATENT = 64
+NOISE = 0.2
+METHODS = ["clip", "gmm", "pc2", "crcl", "sdd"]
+
+
+def generate(path: Path, n: int, seed: int = 0, chunk: int = 65536) -> None:
+    """Write ``n`` pairs to ``path``: unit-length 512-d float16 image and text vectors, each the
+    projection of a 64-d latent per pair plus twice as much independent noise (a clean pair's
+    cosine is about 0.2), except for a random 20% whose text latent is drawn afresh."""
+    rng = np.random.default_rng(seed)
+    project = rng.standard_normal((LATENT, DIM)).astype(np.float32) / math.sqrt(LATENT)
+    schema = pa.schema([
+        ("id", pa.int64()),
+        ("caption", pa.string()),
+        ("image_emb", pa.list_(pa.float16(), DIM)),
+        ("text_emb", pa.list_(pa.float16(), DIM)),
+        ("noisy_gt", pa.bool_()),
+    ])
+    tmp = path.with_name(path.name + ".tmp")
+    # Plain (not dictionary) encoding for the vectors, as ncclean writes them: dictionary-encoded
+    # float16 reads 8x slower.
+    with pq.ParquetWriter(tmp, schema, use_dictionary=["id", "caption", "noisy_gt"]) as writer:
+        for start in range(0, n, chunk):
+            m = min(chunk, n - start)
+            latent = rng.standard_normal((m, LATENT)).astype(np.float32)
+            noisy = rng.random(m) < NOISE
+            text_latent = latent.copy()
+            text_latent[noisy] = rng.standard_normal((int(noisy.sum()), LATENT))
+            image = latent @ project + 2 * rng.standard_normal((m, DIM), dtype=np.float32)
+            text = text_latent @ project + 2 * rng.standard_normal((m, DIM), dtype=np.float32)
+            columns = [pa.array(np.arange(start, start + m, dtype=np.int64)),
+                       pa.array([f"synthetic caption {i}" for i in range(start, start + m)]),
+                       _vectors(image), _vectors(text), pa.array(noisy)]
+            writer.write_batch(pa.record_batch(columns, schema=schema))
+    os.replace(tmp, path)
+
+
+def _vectors(values: np.ndarray) -> pa.FixedSizeListArray:
+    values = values / np.linalg.norm(values, axis=1, keepdims=True)
+    flat = pa.array(values.astype(np.float16).reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(flat, DIM)
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
+    """fp32 GFLOP/s of a square matmul on this machine with torch's default threads (best of
+    ``repeats``)."""
+    import torch
+
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    a @ b
+    best = math.inf
+    for _ in range(repeats):
+        began = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - began)
+    return 2 * size**3 / best / 1e9
+
+
+def run_child(command: list[str]) -> tuple[str, float, float]:
+    """Run ``command``; its stdout, wall seconds and peak RSS in MB (the child's own)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        began = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - began
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if code:
+            sys.exit(f"command failed ({code}): {shlex.join(command)}\n{err.read()}")
+        return out.read(), seconds, usage.ru_maxrss / 1024
+
+
+def detection(scored: Path) -> float:
+    from ncclean.evaluate.detection import detection_metrics
+
+    table = pq.read_table(scored, columns=["noisy_gt", "clean_prob"])
+    truth = table.column("noisy_gt").to_numpy(zero_copy_only=False)
+    return detection_metrics(truth, table.column("clean_prob").to_numpy()).auroc
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/ncclean-speed"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--score-args", default="", help="more ncclean score arguments, quoted")
+    parser.add_argument("--record", action="store_true", help="write benchmarks/SPEED.md")
+    args = parser.parse_args(argv)
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    ceiling = matmul_gflops()
+    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s", flush=True)
+    rows = []
+    for n in args.sizes:
+        corpus = args.work / f"emb-{n}.parquet"
+        if not corpus.exists():
+            began = time.perf_counter()
+            generate(corpus, n, args.seed)
+            print(f"generated {corpus} in {time.perf_counter() - began:.0f} s", flush=True)
+        for method in args.methods:
+            scored = args.work / f"scored-{method}-{n}.parquet"
+            command = [sys.executable, "-m", "ncclean", "score", str(corpus), "-o", str(scored),
+                       "--method", method, "--image-emb-col", "image_emb",
+                       "--text-emb-col", "text_emb", "--seed", str(args.seed), "--json",
+                       *shlex.split(args.score_args)]
+            stdout, seconds, peak = run_child(command)
+            summary = json.loads(stdout)
+            row = {"method": method, "n": n, "seconds": seconds, "peak_mb": peak,
+                   "auroc": detection(scored), "phases": summary["seconds"],
+                   "train": summary.get("training", {})}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            scored.unlink()
+            Path(str(scored) + ".json").unlink(missing_ok=True)
+
+    table = render(rows, ceiling, argv if argv is not None else sys.argv[1:])
+    print(table)
+    if args.record:
+        (HERE / "SPEED.md").write_text(table)
+
+
+def exponent(rows: list[dict], method: str) -> str:
+    """The power-law exponent of time in N between the two largest sizes measured."""
+    points = sorted((r["n"], r["seconds"]) for r in rows if r["method"] == method)
+    if len(points) < 2:
+        return "-"
+    (n0, t0), (n1, t1) = points[-2], points[-1]
+    return f"{math.log(t1 / t0) / math.log(n1 / n0):.2f} ({n0:,} -> {n1:,})"
+
+
+def render(rows: list[dict], ceiling: float, argv: list[str]) -> str:
+    cores = os.cpu_count()
+    lines = [
+        "# Speed and scale",
+        "",
+        "```",
+        shlex.join(["python", "benchmarks/speed.py", *[a for a in argv if a != "--record"]]),
+        "```",
+        "",
+        f"Machine: {cores} cores ({platform.processor() or platform.machine()}), "
+        f"fp32 matmul ceiling {ceiling:.0f} GFLOP/s (2048x2048, measured by the script). "
+        "Corpora: 512-d float16 image and text embeddings, 20% noisy.",
+        "",
+        "| method | N | end to end | read | method | stages | write | peak RSS | "
+        "train GFLOP/s (share of ceiling) | AUROC |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        phases = r["phases"]
+        train = r["train"]
+        if train.get("gflop"):
+            rate = train["gflop"] / train["seconds"]
+            throughput = f"{rate:.0f} ({rate / ceiling:.0%})"
+        else:
+            throughput = "no training"
+        lines.append(
+            f"| {r['method']} | {r['n']:,} | {r['seconds']:.1f} s | "
+            + " | ".join(f"{phases.get(k, float('nan')):.1f} s"
+                         for k in ("read", "method", "stages", "write"))
+            + f" | {r['peak_mb']:.0f} MB | {throughput} | {r['auroc']:.3f} |")
+    lines += ["", "Growth of end-to-end time with N (power-law exponent):", ""]
+    for method in dict.fromkeys(r["method"] for r in rows):
+        lines.append(f"- {method}: {exponent(rows, method)}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
