@@ -147,9 +147,10 @@ def main(argv: list[str] | None = None) -> None:
                        *shlex.split(args.score_args)]
             stdout, seconds, peak = run_child(command)
             summary = json.loads(stdout)
+            sidecar = json.loads(Path(str(scored) + ".json").read_text())
             row = {"method": method, "n": n, "seconds": seconds, "peak_mb": peak,
                    "auroc": detection(scored), "phases": summary["seconds"],
-                   "train": summary.get("training", {})}
+                   "train": training_totals(sidecar)}
             rows.append(row)
             print(json.dumps(row), flush=True)
             scored.unlink()
@@ -159,6 +160,28 @@ def main(argv: list[str] | None = None) -> None:
     print(table)
     if args.record:
         (HERE / "SPEED.md").write_text(table)
+
+
+def training_totals(sidecar: dict) -> dict:
+    """Summed ``gflop``, ``step_seconds`` and steps of every training epoch the sidecar reports
+    (the loop counts one step's operations per epoch with torch's FlopCounterMode)."""
+    totals = {"gflop": 0.0, "seconds": 0.0, "steps": 0}
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            if "gflop" in value and "step_seconds" in value:
+                totals["gflop"] += value["gflop"]
+                totals["seconds"] += value["step_seconds"]
+                totals["steps"] += value.get("steps", 0)
+            else:
+                for item in value.values():
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(sidecar.get("report", {}))
+    return totals
 
 
 def exponent(rows: list[dict], method: str) -> str:

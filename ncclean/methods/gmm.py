@@ -123,21 +123,23 @@ class CoDivide(Objective):
         self.fits: list[MixtureFit | None] = [None, None]
         self.posterior_sum = np.zeros(features.n_pairs)
         self.divisions = 0
-        self.embeddings: list = []  # each network's embeddings at the last division
 
     # -- division -----------------------------------------------------------------------------
 
     def divide(self, model: Ensemble) -> None:
-        """Each network's per-pair loss, mixture and clean posterior."""
-        self.embeddings = []
+        """Each network's per-pair loss, mixture and clean posterior. One network's embeddings
+        are held at a time (2 GB at a million pairs), shown to :meth:`observe`, then dropped."""
         for k, member in enumerate(model.members):
             embeddings = embed(member, self.features, self.device)
-            self.embeddings.append(embeddings)
+            self.observe(k, member, embeddings)
             self.losses[k] = pair_losses(
                 embeddings, self.features, margin=self.m.margin, negatives=self.m.negatives,
                 pool_size=self.m.pool_size, batch_size=self.m.batch_size, seed=self.seed)
             self.posterior[k], self.fits[k] = fit_clean_posterior(self.losses[k], "low",
                                                                   seed=self.seed)
+
+    def observe(self, k: int, member: torch.nn.Module, embeddings) -> None:  # noqa: B027
+        """Hook: network ``k``'s embeddings of every image and caption at a division."""
 
     def begin_epoch(self, model: Ensemble, epoch: int) -> None:
         if epoch < self.warmup:

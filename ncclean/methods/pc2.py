@@ -121,27 +121,25 @@ class PseudoClassify(CoDivide):
         self.oscillation = np.zeros((2, n), dtype=np.float32)
         self.w_osc = np.zeros((2, n))
         self.osc_fits: list[MixtureFit | None] = [None, None]
-        self.image_probs: list[np.ndarray] = []
-        self.text_probs: list[np.ndarray] = []
+        self.image_probs: list[np.ndarray] = [np.zeros(0), np.zeros(0)]
+        self.text_probs: list[np.ndarray] = [np.zeros(0), np.zeros(0)]
 
     # -- division and oscillation ------------------------------------------------------------
 
-    def _look(self, model: Ensemble, embeddings: list) -> None:
-        """Each network's class probabilities of every image and caption."""
-        self.image_probs = [class_probabilities(m.head, e.images, self.device)
-                            for m, e in zip(model.members, embeddings)]
-        self.text_probs = [class_probabilities(m.head, e.texts, self.device)
-                           for m, e in zip(model.members, embeddings)]
+    def observe(self, k: int, member: torch.nn.Module, embeddings) -> None:
+        """Network ``k``'s class probabilities of every image and caption."""
+        self.image_probs[k] = class_probabilities(member.head, embeddings.images, self.device)
+        self.text_probs[k] = class_probabilities(member.head, embeddings.texts, self.device)
 
     def begin_epoch(self, model: Ensemble, epoch: int) -> None:
         if self.warmup and epoch == self.warmup - 1:  # the reference for the first oscillation
-            self._look(model, [embed(m, self.features, self.device) for m in model.members])
-            self.bank = self.image_probs
+            for k, member in enumerate(model.members):
+                self.observe(k, member, embed(member, self.features, self.device))
+            self.bank = list(self.image_probs)
         super().begin_epoch(model, epoch)
 
     def divide(self, model: Ensemble) -> None:
         super().divide(model)
-        self._look(model, self.embeddings)
         group = self.features.image_group
         for k in range(2):
             if self.bank is None:  # nothing to compare with yet: no rectification
@@ -151,7 +149,7 @@ class PseudoClassify(CoDivide):
             self.oscillation[k] = kl_divergence(self.bank[k], self.image_probs[k])[group]
             self.w_osc[k], self.osc_fits[k] = fit_clean_posterior(self.oscillation[k], "low",
                                                                   seed=self.seed)
-        self.bank = self.image_probs
+        self.bank = list(self.image_probs)
 
     def rectified(self, w: np.ndarray, w_osc: np.ndarray) -> np.ndarray:
         """Eq. 8: ``y = w + (1 - w) 1(w_o >= tau) w_o``."""
@@ -222,7 +220,7 @@ class PseudoClassify(CoDivide):
 
     def end_epoch(self, model: Ensemble, epoch: int) -> dict[str, float]:
         report = super().end_epoch(model, epoch)
-        if epoch >= self.warmup and self.image_probs:
+        if epoch >= self.warmup and self.image_probs[0].size:
             used = [len(np.unique(p.argmax(1))) for p in self.image_probs]
             report |= {"classes_used": float(np.mean(used)),
                        "low_oscillation_share": float((self.w_osc >= 0.5).mean())}

@@ -106,23 +106,51 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
         steps = list(objective.steps(epoch, epoch_rng(config.seed, epoch)))
         model.train()
         total, label = 0.0, f"{objective.stage} {epoch + 1}/{config.epochs}"
+        step_flop, stepping = 0, time.perf_counter()
         for done, step in enumerate(steps, start=1):
-            loss = objective.loss(model, step, epoch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            with _FlopCount(done == 2) as counted:  # step 1 may warm caches; count step 2
+                loss = objective.loss(model, step, epoch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+            step_flop = counted.flop or step_flop
             if config.grad_clip:
                 for group in groups:
                     nn.utils.clip_grad_norm_(group, config.grad_clip)
             optimizer.step()
             total += float(loss.detach())
             progress(label, done, len(steps), f"loss {total / done:.4f}")
-        report = {"epoch": epoch, "loss": total / max(1, len(steps)), "steps": len(steps)}
+        report = {"epoch": epoch, "loss": total / max(1, len(steps)), "steps": len(steps),
+                  "step_seconds": time.perf_counter() - stepping,
+                  "gflop": step_flop * len(steps) / 1e9}
         report |= objective.end_epoch(model, epoch)
         report["seconds"] = time.perf_counter() - began
         history.append(report)
         if config.checkpoint_dir is not None:
             _save_checkpoint(config.checkpoint_dir, model, optimizer, objective, epoch, history)
     return history
+
+
+class _FlopCount:
+    """Counts the floating-point operations (matmuls, convolutions; forward and backward) of the
+    code inside it with torch's ``FlopCounterMode`` when ``active``; ``flop`` is 0 otherwise.
+    The loop counts one step per epoch and multiplies, so throughput can be set against the
+    machine's matmul ceiling (``benchmarks/speed.py``) at the cost of one slower step."""
+
+    def __init__(self, active: bool):
+        self.active, self.flop, self._mode = active, 0, None
+
+    def __enter__(self) -> _FlopCount:
+        if self.active:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self._mode = FlopCounterMode(display=False)
+            self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(*exc)
+            self.flop = self._mode.get_total_flops()
 
 
 # ----------------------------------------------------------------------------------- checkpoints
