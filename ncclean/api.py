@@ -332,7 +332,7 @@ def score(
     clean_above: float = 0.8,
     noisy_below: float = 0.5,
     noise_rate: float | str | None = None,
-    significance: str = "specificity",
+    significance: str | None = None,
     significance_passes: int = 3,
     pseudo_captions: bool = True,
     load_matcher: PathLike | None = None,
@@ -354,8 +354,10 @@ def score(
 
     Partitions: ``clean_prob < noisy_below`` is noisy, ``>= clean_above`` clean, the band between
     vague; or ``noise_rate`` (a share, or ``"auto"`` for the method's estimate) marks the lowest
-    share noisy. Clean pairs are then split by ``significance`` (``specificity``, ``update`` with
-    ``significance_passes``, or ``off``: see :mod:`ncclean.stages.significance`), and noisy pairs
+    share noisy; a method that draws its own partitions (``sdd``) keeps them. Clean pairs are then
+    split by ``significance`` (``specificity``, ``update`` with ``significance_passes``, or
+    ``off``: see :mod:`ncclean.stages.significance`; ``None``: the method's choice, else
+    ``specificity``), and noisy pairs
     get pseudo-captions unless ``pseudo_captions=False``. ``cache_dir=True`` uses the default
     cache; ``None``/``False`` disables it.
     """
@@ -379,7 +381,7 @@ def score(
     chosen = make_method(method, params)
     if isinstance(noise_rate, str) and noise_rate != "auto":
         raise BadOptionError(f"--noise-rate must be a number in [0, 1] or auto, got {noise_rate!r}")
-    if significance not in (*MODES, "off"):
+    if significance is not None and significance not in (*MODES, "off"):
         raise BadOptionError(f"--significance must be one of {', '.join(MODES)} or off, got "
                              f"{significance!r}")
     cut = Cut(clean_above, noisy_below, None if noise_rate in (None, "auto") else
@@ -416,7 +418,10 @@ def score(
         cut = Cut(clean_above, noisy_below, float(result.noise_rate))
 
     staged = time.perf_counter()
-    parts = partition(clean_prob, cut)
+    parts = partition(clean_prob, cut) if result.partition is None else \
+        np.asarray(result.partition, dtype=object).copy()
+    if significance is None:
+        significance = result.significance or "specificity"
     stages = _run_stages(result, features, clean_prob, parts, significance,
                          significance_passes, pseudo_captions, seed, device, progress)
     seconds["stages"] = time.perf_counter() - staged
@@ -430,7 +435,9 @@ def score(
                  "cut": {"clean_above": cut.clean_above, "noisy_below": cut.noisy_below,
                          "noise_rate": cut.noise_rate,
                          "noise_rate_source": "auto" if noise_rate == "auto" else
-                         ("given" if noise_rate is not None else None)}},
+                         ("given" if noise_rate is not None else None),
+                         "by": "method" if result.partition is not None else "cut"},
+                 "significance": significance},
         save_matcher=save_matcher)
 
 

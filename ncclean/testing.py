@@ -92,6 +92,14 @@ def check_method(method: Method, *, seed: int = 0) -> MethodResult:
                               equal_nan=True), f"{method.name}: the same seed gave different {name}"
     if first.noise_rate is not None:
         assert 0.0 <= first.noise_rate <= 1.0, f"{method.name}: noise_rate outside [0, 1]"
+    if first.partition is not None:
+        parts = np.asarray(first.partition, dtype=object)
+        assert parts.shape == (n,), f"{method.name}: partition has shape {parts.shape}"
+        allowed = {"noisy", "vague", "clean_significant"}
+        assert set(parts) <= allowed, \
+            f"{method.name}: partition names outside {sorted(allowed)}: {set(parts) - allowed}"
+        assert np.array_equal(parts, np.asarray(second.partition, dtype=object)), \
+            f"{method.name}: the same seed gave different partitions"
     if method.trains_matcher:
         assert first.matcher is not None and hasattr(first.matcher, "encode_images"), \
             f"{method.name}: trains a matcher but returns none"

@@ -55,10 +55,11 @@ def score(
     noise_rate: Annotated[str | None, typer.Option(
         help="Cut by a noise rate instead: the lowest RATE share is noisy. A number, or 'auto' "
         "for the method's estimate.", rich_help_panel="Partition")] = None,
-    significance: Annotated[Literal["specificity", "update", "off"], typer.Option(
+    significance: Annotated[Literal["specificity", "update", "off"] | None, typer.Option(
         help="How clean pairs split into significant and insignificant: specificity (does the "
-        "caption single out its image), update (SDD's memory-bank ratio), or off.",
-        rich_help_panel="Partition")] = "specificity",
+        "caption single out its image), update (SDD's memory-bank ratio), or off. Default: "
+        "update for sdd, specificity otherwise.",
+        rich_help_panel="Partition", show_default=False)] = None,
     significance_passes: Annotated[int, typer.Option(
         min=1, help="Shuffled passes averaged by --significance update.",
         rich_help_panel="Partition")] = 3,

@@ -37,6 +37,7 @@ BUILTIN: dict[str, str] = {
     "crcl": "ncclean.methods.crcl:CRCL",
     "gmm": "ncclean.methods.gmm:GMM",
     "pc2": "ncclean.methods.pc2:PC2",
+    "sdd": "ncclean.methods.sdd:SDD",
 }
 
 
@@ -79,7 +80,10 @@ class MethodResult:
     Optional: ``embeddings`` (:class:`ncclean.train.scoring.Embeddings`) when the method already
     has the matcher's embeddings or has no matcher; ``donor_space``
     (:class:`ncclean.stages.pseudocaption.DonorSpace`) when pseudo-captions should be searched
-    in a space of the method's own.
+    in a space of the method's own; ``partition`` (``(n_pairs,)`` names: ``noisy``, ``vague``,
+    ``clean_significant``) when the method draws its own partitions instead of the cut on
+    ``clean_prob`` (SDD); ``significance`` the significance mode the method asks for when the
+    user chose none.
     """
 
     clean_prob: np.ndarray
@@ -89,6 +93,8 @@ class MethodResult:
     report: dict[str, Any] = field(default_factory=dict)
     embeddings: Any = None
     donor_space: Any = None
+    partition: Any = None
+    significance: str | None = None
 
 
 @dataclass

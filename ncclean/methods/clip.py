@@ -20,7 +20,7 @@ Where the embeddings come from:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,6 +49,19 @@ def _unit(vectors: np.ndarray, block: int = 65536, tolerance: float = 1e-2) -> n
         rows = vectors[i:i + block].astype(np.float32)
         out[i:i + block] = rows / np.maximum(norms[i:i + block, None], 1e-12)
     return out
+
+
+def warmed_matcher(features: Features, context: Context, warmup_epochs: int | None,
+                   batch_size: int, lr: float) -> tuple[Any, Embeddings, str]:
+    """A matcher warmed up on the corpus itself, exactly ``gmm``'s warm-up (both networks, as an
+    ensemble), with its embeddings and a description: the similarity source where no
+    pretrained model exists."""
+    from ncclean.methods.gmm import GMM
+
+    warmed = GMM(warmup_epochs=warmup_epochs, epochs=0, batch_size=batch_size,
+                 lr=lr).fit(features, context)
+    return warmed.matcher, warmed.embeddings, \
+        f"matcher warmed up for {warmed.report['warmup_epochs']} epochs"
 
 
 def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
@@ -87,12 +100,8 @@ class Clip(Method):
                 config.text_tower == "column":
             embeddings, source = raw_embeddings(features), "precomputed columns"
         else:
-            from ncclean.methods.gmm import GMM
-
-            warmed = GMM(warmup_epochs=self.warmup_epochs, epochs=0, batch_size=self.batch_size,
-                         lr=self.lr).fit(features, context)
-            matcher, embeddings = warmed.matcher, warmed.embeddings
-            source = f"matcher warmed up for {warmed.report['warmup_epochs']} epochs"
+            matcher, embeddings, source = warmed_matcher(features, context, self.warmup_epochs,
+                                                         self.batch_size, self.lr)
         similarity = embeddings.pair_similarity(features)
         report: dict = {"embeddings": source}
         if self.keep_fraction is not None:

@@ -129,6 +129,51 @@ def _bank_losses(matcher, features: Features, entries: np.ndarray, device: str,
     return contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group), temperature)
 
 
+class Probe:
+    """SDD's siamese model (Eq. 9-10): a copy of a matcher that, for one batch, measures the
+    memory entries' losses, takes one plain SGD step of ``step_size`` on the batch's weighted
+    InfoNCE in eval mode, and measures them again. ``ratio`` returns ``c`` per pair of the batch.
+    ``neighbours``: each pair's memory entries by image and by text (pair indices)."""
+
+    def __init__(self, matcher, features: Features, neighbours: tuple[np.ndarray, np.ndarray],
+                 temperature: float, step_size: float, device: str = "cpu"):
+        self.model = copy.deepcopy(matcher).to(device).eval()
+        self.features, self.device = features, device
+        self.image_entry, self.text_entry = neighbours
+        self.temperature, self.step_size = temperature, step_size
+
+    def _bank(self, pairs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 9 for the batch's memory entries under the probe:
+        ``l_i2t = CE_i2t(image entry) + CE_i2t(text entry)``, ``l_t2i`` likewise."""
+        by_image, by_text = (
+            _bank_losses(self.model, self.features, entries[pairs], self.device,
+                         self.temperature) for entries in (self.image_entry, self.text_entry))
+        return by_image[0] + by_text[0], by_image[1] + by_text[1]
+
+    def ratio(self, state: dict[str, torch.Tensor], pairs: np.ndarray,
+              weights: torch.Tensor) -> torch.Tensor:
+        """``c`` of Eq. 10 for ``pairs`` after a step from the weights ``state``; ``weights``
+        ``(B,)`` are the per-pair loss weights of the step (SDD's ``w_con``)."""
+        probe = self.model
+        probe.load_state_dict(state)
+        with torch.no_grad():
+            i2t_before, t2i_before = self._bank(pairs)
+        batch = self.features.batch(pairs, self.device)
+        sims = probe.encode_images(*batch.images) @ probe.encode_texts(*batch.texts).T
+        i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group),
+                                  self.temperature)
+        loss = (weights * (i2t + t2i) / 2).mean()
+        probe.zero_grad(set_to_none=True)
+        loss.backward()
+        with torch.no_grad():
+            for parameter in probe.parameters():
+                if parameter.grad is not None:
+                    parameter.add_(parameter.grad, alpha=-self.step_size)
+            i2t_after, t2i_after = self._bank(pairs)
+        return 0.5 * (i2t_before / i2t_after.clamp(min=1e-12) +
+                      t2i_before / t2i_after.clamp(min=1e-12))
+
+
 def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates: np.ndarray,
                  neighbours: tuple[np.ndarray, np.ndarray], config: SignificanceConfig,
                  seed: int, device: str = "cpu",
@@ -142,18 +187,10 @@ def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates
     weights = torch.as_tensor(clean_prob, dtype=torch.float32)
     base = copy.deepcopy(matcher).to(device).eval()
     base_state = {k: v.clone() for k, v in base.state_dict().items()}
-    probe = copy.deepcopy(base)
+    probe = Probe(base, features, neighbours, config.temperature, config.step_size, device)
     per_pass = np.full((config.passes, features.n_pairs), np.nan)
     steps = math.ceil(len(rows) / config.batch_size) * config.passes
     done = 0
-
-    def bank(pairs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 9 for the batch's memory entries under the current probe:
-        ``l_i2t = CE_i2t(image entry) + CE_i2t(text entry)``, ``l_t2i`` likewise."""
-        by_image = _bank_losses(probe, features, image_entry[pairs], device, config.temperature)
-        by_text = _bank_losses(probe, features, text_entry[pairs], device, config.temperature)
-        return by_image[0] + by_text[0], by_image[1] + by_text[1]
-
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -161,25 +198,8 @@ def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates
             order = np.random.default_rng([seed, 53, k]).permutation(rows)
             for start in range(0, len(order), config.batch_size):
                 pairs = order[start:start + config.batch_size]
-                probe.load_state_dict(base_state)
-                with torch.no_grad():
-                    i2t_before, t2i_before = bank(pairs)
-                batch = features.batch(pairs, device)
-                sims = probe.encode_images(*batch.images) @ probe.encode_texts(*batch.texts).T
-                i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group,
-                                                              batch.text_group),
-                                          config.temperature)
-                loss = (weights[pairs].to(device) * (i2t + t2i) / 2).mean()
-                probe.zero_grad(set_to_none=True)
-                loss.backward()
-                with torch.no_grad():
-                    for parameter in probe.parameters():
-                        if parameter.grad is not None:
-                            parameter.add_(parameter.grad, alpha=-config.step_size)
-                    i2t_after, t2i_after = bank(pairs)
-                ratio = 0.5 * (i2t_before / i2t_after.clamp(min=1e-12) +
-                               t2i_before / t2i_after.clamp(min=1e-12))
-                per_pass[k, pairs] = ratio.cpu().numpy()
+                ratio = probe.ratio(base_state, pairs, weights[pairs].to(device))
+                per_pass[k, pairs] = ratio.detach().cpu().numpy()
                 done += 1
                 progress("significance", done, steps)
     finally:
