@@ -49,7 +49,7 @@ class RetrainConfig:
 @dataclass(frozen=True)
 class Arm:
     """A training selection: ``pairs`` (indices into the features), per-pair loss ``weights``
-    and, for pseudo-captions, replaced ``text_group`` values (``None``: the pairs' own)."""
+    and, for pseudo-captions, replaced ``text_group`` values (``None`` or -1: the pair's own)."""
 
     name: str
     pairs: np.ndarray
@@ -118,9 +118,10 @@ def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
               progress: Progress = no_progress):
     """A fresh matcher (seeded as every other arm's) trained on the arm's pairs."""
     subset = features.subset(arm.pairs)
-    if arm.text_group is not None:
+    if arm.text_group is not None:  # -1: the pair keeps its own caption
+        swapped = np.where(arm.text_group >= 0, arm.text_group, subset.text_group)
         subset = Features(rows=subset.rows, image_group=subset.image_group,
-                          text_group=arm.text_group, image_data=subset.image_data,
+                          text_group=swapped, image_data=subset.image_data,
                           text_data=subset.text_data, text_lengths=subset.text_lengths)
     matcher = build_matcher(matcher_config, seed=seed * 1009 + 77)
     objective = Plain(subset, arm.weights, config, device)

@@ -83,3 +83,26 @@ def test_cli_retrain_json_and_errors(scored, capsys):
         api.retrain(path.parent / "noisy.parquet", test)
     with pytest.raises(BadOptionError):
         api.retrain(path, test, steps=0)
+
+
+def test_pseudo_captions_replace_only_the_noisy_pairs_captions(monkeypatch):
+    import ncclean.evaluate.retrain as module
+
+    features, config, _ = tiny_features(n_images=6, captions_per_image=2)
+    n = features.n_pairs
+    partition = np.array(["clean_significant"] * (n - 2) + ["noisy"] * 2, dtype=object)
+    donors = np.full(n, -1)
+    donors[-2:] = features.text_group[0]
+    arm = cleaned_arm(partition, np.ones(n), "clean", donors)
+    seen = {}
+
+    class Spy(module.Plain):
+        def __init__(self, subset, *args, **kwargs):
+            seen["text_group"] = subset.text_group.copy()
+            super().__init__(subset, *args, **kwargs)
+
+    monkeypatch.setattr(module, "Plain", Spy)
+    module.train_arm(features, arm, config, module.RetrainConfig(steps=1), seed=0)
+    expected = features.text_group.copy()
+    expected[-2:] = features.text_group[0]
+    assert seen["text_group"].tolist() == expected.tolist()
