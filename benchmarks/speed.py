@@ -12,6 +12,7 @@ Examples::
 
     python benchmarks/speed.py                                   # every method, 10k / 100k / 1M
     python benchmarks/speed.py --methods clip gmm --sizes 10000 100000
+    python benchmarks/speed.py --largest pc2=100000 --largest crcl=100000
     python benchmarks/speed.py --record                          # and write benchmarks/SPEED.md
 
 Corpora are cached under ``--work`` (default ``/tmp/ncclean-speed``) and reused by later runs.
@@ -39,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 DIM = 512
 LATENT = 64
 NOISE = 0.2
-METHODS = ["clip", "gmm", "pc2", "crcl", "sdd"]
+METHODS = ["clip", "gmm", "pc2", "crcl"]
 
 
 def generate(path: Path, n: int, seed: int = 0, chunk: int = 65536) -> None:
@@ -125,12 +126,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--work", type=Path, default=Path("/tmp/ncclean-speed"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--largest", action="append", default=[], metavar="METHOD=N",
+                        help="skip METHOD above N pairs (repeatable)")
     parser.add_argument("--score-args", default="", help="more ncclean score arguments, quoted")
     parser.add_argument("--record", action="store_true", help="write benchmarks/SPEED.md")
+    parser.add_argument("--render", type=Path, metavar="LOG",
+                        help="only render the table from a previous run's printed output")
     args = parser.parse_args(argv)
+    if args.render:
+        ceiling, rows, command = read_log(args.render)
+        table = render(rows, ceiling, command)
+        print(table)
+        if args.record:
+            (HERE / "SPEED.md").write_text(table)
+        return
 
+    largest = {m: int(v) for m, v in (item.split("=") for item in args.largest)}
     args.work.mkdir(parents=True, exist_ok=True)
     ceiling = matmul_gflops()
+    shown = argv if argv is not None else sys.argv[1:]
+    print(f"command: {shlex.join(['python', 'benchmarks/speed.py', *shown])}", flush=True)
     print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s", flush=True)
     rows = []
     for n in args.sizes:
@@ -140,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
             generate(corpus, n, args.seed)
             print(f"generated {corpus} in {time.perf_counter() - began:.0f} s", flush=True)
         for method in args.methods:
+            if n > largest.get(method, n):
+                continue
             scored = args.work / f"scored-{method}-{n}.parquet"
             command = [sys.executable, "-m", "ncclean", "score", str(corpus), "-o", str(scored),
                        "--method", method, "--image-emb-col", "image_emb",
@@ -156,10 +173,23 @@ def main(argv: list[str] | None = None) -> None:
             scored.unlink()
             Path(str(scored) + ".json").unlink(missing_ok=True)
 
-    table = render(rows, ceiling, argv if argv is not None else sys.argv[1:])
+    table = render(rows, ceiling, shlex.join(["python", "benchmarks/speed.py", *shown]))
     print(table)
     if args.record:
         (HERE / "SPEED.md").write_text(table)
+
+
+def read_log(path: Path) -> tuple[float, list[dict], str]:
+    """The ceiling, rows and command a run printed (its stdout saved to ``path``)."""
+    ceiling, rows, command = math.nan, [], "python benchmarks/speed.py"
+    for line in path.read_text().splitlines():
+        if line.startswith("fp32 matmul ceiling:"):
+            ceiling = float(line.split(":")[1].split()[0])
+        elif line.startswith("command:"):
+            command = line.split(":", 1)[1].strip()
+        elif line.startswith("{"):
+            rows.append(json.loads(line))
+    return ceiling, rows, command
 
 
 def training_totals(sidecar: dict) -> dict:
@@ -193,13 +223,13 @@ def exponent(rows: list[dict], method: str) -> str:
     return f"{math.log(t1 / t0) / math.log(n1 / n0):.2f} ({n0:,} -> {n1:,})"
 
 
-def render(rows: list[dict], ceiling: float, argv: list[str]) -> str:
+def render(rows: list[dict], ceiling: float, command: str) -> str:
     cores = os.cpu_count()
     lines = [
         "# Speed and scale",
         "",
         "```",
-        shlex.join(["python", "benchmarks/speed.py", *[a for a in argv if a != "--record"]]),
+        command.replace(" --record", ""),
         "```",
         "",
         f"Machine: {cores} cores ({platform.processor() or platform.machine()}), "

@@ -89,3 +89,21 @@ def test_label_updates_paper_and_code():
     assert (code.labels == 0).all()  # overwritten, then the sticky zero
     code._update_batch(rows, np.full(n, 0.4), epoch=2)
     assert (code.labels == 0).all()  # 0.2 * 0.4 < epsilon: zeroed again
+
+
+def test_posterior_target_moves_labels_towards_the_mixtures_clean_posterior():
+    features, _, _ = tiny_features(n_images=20)
+    n = features.n_pairs
+    rng = np.random.default_rng(0)
+    clean = rng.random(n) < 0.3  # at high noise even clean pairs have a small p_hat
+    p_hat = np.where(clean, rng.normal(0.08, 0.01, n), rng.normal(0.02, 0.005, n)).clip(1e-4)
+    objective = SelfRefine(features, CRCL(target="posterior"), (4, 4), 2, "cpu")
+    objective.p_now = p_hat.copy()
+    objective.begin_epoch(None, 2)  # piece 1's first free epoch: the target itself
+    assert objective.labels[clean].min() > 0.9 > 0.1 > objective.labels[~clean].max()
+    plain = SelfRefine(features, CRCL(), (4, 4), 2, "cpu")
+    plain.p_now = p_hat.copy()
+    plain.begin_epoch(None, 2)
+    assert (plain.labels < 0.1).all()  # the paper's target: every label under epsilon
+    with pytest.raises(BadOptionError):
+        CRCL(target="posterior", update="batch").fit(features, Context())
