@@ -458,12 +458,12 @@ def _run_stages(result, features, clean_prob, parts, significance: str, passes: 
     from ncclean.stages.pseudocaption import matcher_space, pseudo_captions
     from ncclean.stages.significance import SignificanceConfig
     from ncclean.stages.significance import significance as significance_stage
-    from ncclean.train.scoring import embed
+    from ncclean.train.scoring import embed, kept_dtype
 
     stages = _Stages(report={})
     embeddings = result.embeddings
     if embeddings is None and result.matcher is not None:
-        embeddings = embed(result.matcher, features, device)
+        embeddings = embed(result.matcher, features, device, dtype=kept_dtype(features))
     if embeddings is None:
         stages.report["skipped"] = "the method returned neither a matcher nor embeddings"
         return stages

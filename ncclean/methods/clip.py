@@ -28,7 +28,7 @@ from ncclean.errors import BadOptionError
 from ncclean.methods.base import Context, Method, MethodResult
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import Features
-from ncclean.train.scoring import Embeddings, embed
+from ncclean.train.scoring import Embeddings, embed, kept_dtype
 
 
 def raw_embeddings(features: Features) -> Embeddings:
@@ -95,7 +95,8 @@ class Clip(Method):
         matcher = None
         if context.initial is not None:
             matcher = context.initial
-            embeddings, source = embed(matcher, features, context.device), "loaded matcher"
+            embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
+            source = "loaded matcher"
         elif config is not None and config.image_tower == "column" and \
                 config.text_tower == "column":
             embeddings, source = raw_embeddings(features), "precomputed columns"

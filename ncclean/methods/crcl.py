@@ -57,7 +57,7 @@ from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import Features
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import negative_mask
-from ncclean.train.scoring import Embeddings, embed, fixed_batches
+from ncclean.train.scoring import Embeddings, embed, fixed_batches, kept_dtype
 
 PAPER_AFTER_FREEZE = (5, 5, 5, 30)  # F30K: [7, 7, 7, 32] with 2 frozen epochs each
 UPDATES = ("epoch", "batch")
@@ -288,7 +288,7 @@ class CRCL(Method):
             history += [r | {"piece": j + 1} for r in train(matcher, objective, config,
                                                              context.progress)]
         matcher.eval()
-        embeddings = embed(matcher, features, context.device)
+        embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
         p_hat = eval_p_hat(embeddings, features, self.temperature, self.batch_size,
                            self.score_passes, context.seed)
         labels = objective.labels.copy()

@@ -58,7 +58,7 @@ from ncclean.train.losses import (
     relative_to_top,
     soft_margin,
 )
-from ncclean.train.scoring import embed, pair_losses
+from ncclean.train.scoring import embed, kept_dtype, pair_losses
 
 
 def schedule(n_pairs: int, batch_size: int, warmup_epochs: int | None,
@@ -300,7 +300,7 @@ class GMM(Method):
             clean_prob = objective.posterior.mean(axis=0)
         model.eval()
         matcher = self._matcher(model)
-        embeddings = embed(matcher, features, context.device)
+        embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
         fits = [f.as_dict() for f in objective.fits if f is not None]
         return self._finish(MethodResult(
             clean_prob=np.clip(clean_prob, 0.0, 1.0),

@@ -57,7 +57,7 @@ from ncclean.stages import reference_cap
 from ncclean.stages.significance import Probe, confident_pool, nearest_in_pool
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import contrastive_ce, negative_mask
-from ncclean.train.scoring import Embeddings, embed
+from ncclean.train.scoring import Embeddings, embed, kept_dtype
 
 
 @dataclass
@@ -200,7 +200,7 @@ class SDD(Method):
         history = train(model, objective, config, context.progress)
 
         model.eval()
-        embeddings = embed(model, features, context.device)
+        embeddings = embed(model, features, context.device, dtype=kept_dtype(features))
         final = rescore(embeddings, features, self.scale, self.alpha, self.beta, context.seed)
         clean_prob = np.where(final.kept, final.w_con, 0.5 * final.w_con)
         parts = np.full(features.n_pairs, "clean_significant", dtype=object)
