@@ -17,11 +17,14 @@ logit scale), and
 - the model trains on ``mean(w_con * w_sig * InfoNCE)`` over the kept pairs (Eq. 12).
 
 Partitions follow the paper's four groups after the last re-scoring: dropped -> ``noisy``,
-kept with ``w_con < vague_below`` -> ``vague`` (the paper gives no cut; 0.5 as the digest
-suggests), the rest clean, split by the significance stage in ``update`` mode (SDD's ``c``,
-averaged over shuffled passes) unless ``--significance`` says otherwise. ``clean_prob`` is
-``w_con``, halved for dropped pairs (so they read under 0.5 and keep their order).
-``--clean-above`` / ``--noisy-below`` do not apply.
+kept with ``w_con < vague_below`` -> ``vague`` (the paper gives no cut; 0.8, the ``score``
+command's ``--clean-above``: with the fitted ``alpha`` every kept pair has ``w_con >= 0.5``, so
+the digest's 0.5 would leave ``vague`` empty), the rest clean, split by the significance stage in
+``update`` mode (SDD's ``c``, averaged over shuffled passes) unless ``--significance`` says
+otherwise. ``clean_prob`` is ``w_con``, halved for dropped pairs (so they read under 0.5 and keep
+their order); with ``final="mean"`` (default, ours) ``w_con`` is averaged over every epoch's
+re-scoring, as ``gmm`` averages its divisions (a score averaged over epochs is steadier than the
+last one). ``--clean-above`` / ``--noisy-below`` do not apply.
 
 Where the model comes from: a loaded matcher (``--load-matcher``), or, where no pretrained CLIP
 exists (this machine), a matcher warmed up on the corpus itself, exactly ``gmm``'s warm-up, which
@@ -49,6 +52,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from ncclean.errors import BadOptionError
 from ncclean.methods.base import Context, Method, MethodResult
 from ncclean.methods.clip import warmed_matcher
 from ncclean.methods.mixture import MixtureFit, fit_clean_posterior
@@ -100,11 +104,15 @@ class SelfDropDualWeight(Objective):
         self.c = np.full(features.n_pairs, np.nan)
         self.entries: tuple[np.ndarray, np.ndarray] | None = None
         self.bank_size = 0
+        self.w_con_sum = np.zeros(features.n_pairs)
+        self.rescorings = 0
 
     def begin_epoch(self, model: torch.nn.Module, epoch: int) -> None:
         embeddings = embed(model, self.features, self.device)
         self.scores = rescore(embeddings, self.features, self.m.scale, self.m.alpha,
                               self.m.beta, self.seed)
+        self.w_con_sum += self.scores.w_con
+        self.rescorings += 1
         if self.entries is None:  # the memory bank, once, from the starting model
             self.entries = self.memory_bank(embeddings)
         if self.probe is None:
@@ -145,12 +153,16 @@ class SelfDropDualWeight(Objective):
         return (w_con * w_sig * (i2t + t2i)).mean()
 
     def state(self) -> dict[str, np.ndarray]:
-        if self.entries is None:
-            return {"c": self.c}
-        return {"c": self.c, "image_entry": self.entries[0], "text_entry": self.entries[1]}
+        out = {"c": self.c, "w_con_sum": self.w_con_sum,
+               "rescorings": np.array([self.rescorings])}
+        if self.entries is not None:
+            out |= {"image_entry": self.entries[0], "text_entry": self.entries[1]}
+        return out
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         self.c = state["c"].astype(np.float64)
+        self.w_con_sum = state["w_con_sum"].astype(np.float64)
+        self.rescorings = int(state["rescorings"][0])
         if "image_entry" in state:
             self.entries = (state["image_entry"], state["text_entry"])
 
@@ -167,8 +179,10 @@ class SelfDropDualWeight(Objective):
 class SDD(Method):
     """Self-Drop and Dual-Weight; defaults and departures in the module docstring.
     ``alpha`` / ``beta``: thresholds on ``s = scale * cos`` (``auto`` by default);
-    ``vague_below``: the ``w_con`` under which a kept pair is vague; ``probe_step``: the
-    siamese copy's SGD step; ``warmup_epochs``: of the warm-up when no matcher is loaded."""
+    ``vague_below``: the ``w_con`` under which a kept pair is vague; ``final``: ``mean``
+    averages each pair's ``w_con`` over every epoch's re-scoring and the last one, ``last``
+    takes the last; ``probe_step``: the siamese copy's SGD step; ``warmup_epochs``: of the
+    warm-up when no matcher is loaded."""
 
     name: ClassVar[str] = "sdd"
     summary: ClassVar[str] = ("SDD (2024): self-drop below alpha, confidence and significance "
@@ -183,11 +197,14 @@ class SDD(Method):
     weight_decay: float = 0.2
     temperature: float = 0.05
     probe_step: float = 0.05
-    vague_below: float = 0.5
+    vague_below: float = 0.8
+    final: str = "mean"
     warmup_epochs: int | None = None
     warmup_lr: float = 2e-4
 
     def fit(self, features: Features, context: Context) -> MethodResult:
+        if self.final not in ("mean", "last"):
+            raise BadOptionError(f"final must be 'mean' or 'last', got {self.final!r}")
         if context.initial is not None:
             model, source = context.initial, "loaded matcher"
         else:
@@ -202,15 +219,18 @@ class SDD(Method):
         model.eval()
         embeddings = embed(model, features, context.device, dtype=kept_dtype(features))
         final = rescore(embeddings, features, self.scale, self.alpha, self.beta, context.seed)
-        clean_prob = np.where(final.kept, final.w_con, 0.5 * final.w_con)
+        w_con = final.w_con
+        if self.final == "mean":
+            w_con = (objective.w_con_sum + final.w_con) / (objective.rescorings + 1)
+        clean_prob = np.where(final.kept, w_con, 0.5 * w_con)
         parts = np.full(features.n_pairs, "clean_significant", dtype=object)
-        parts[final.w_con < self.vague_below] = "vague"
+        parts[w_con < self.vague_below] = "vague"
         parts[~final.kept] = "noisy"
         c = objective.c
         w_sig = np.where(np.isfinite(c), np.where(c < 1, np.tanh(c), 1.0), np.nan)
         return MethodResult(
             clean_prob=clean_prob,
-            columns={"sdd_sim": final.s / self.scale, "sdd_w_con": final.w_con,
+            columns={"sdd_sim": final.s / self.scale, "sdd_w_con": w_con,
                      "sdd_w_sig": w_sig},
             matcher=model, embeddings=embeddings, noise_rate=float(1 - final.kept.mean()),
             partition=parts, significance="update",
