@@ -241,7 +241,9 @@ class CRCL(Method):
     ``posterior`` (ours) towards the clean posterior of a two-component mixture fitted to the
     epoch's ``p_hat``, NCR's division used as a calibrated target. At high noise a matcher's
     in-batch ``p_hat`` is small for clean pairs too (measured at 80%: 83% of the labels under
-    ``epsilon`` after the freeze, never to recover), while the mixture still separates them."""
+    ``epsilon`` after the freeze, never to recover). The calibrated target did not help there
+    (clip art, 80%: AUROC 0.598 against the paper's rule's 0.634; ``benchmarks/RESULTS.md``):
+    the first separation after the freeze is poor and the near-binary labels lock it in."""
 
     name: ClassVar[str] = "crcl"
     summary: ClassVar[str] = ("CRCL (NeurIPS 2023): active complementary loss with self-refining "
