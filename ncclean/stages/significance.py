@@ -185,9 +185,8 @@ def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates
     image_entry, text_entry = neighbours
     rows = np.flatnonzero(candidates & (image_entry >= 0) & (text_entry >= 0))
     weights = torch.as_tensor(clean_prob, dtype=torch.float32)
-    base = copy.deepcopy(matcher).to(device).eval()
-    base_state = {k: v.clone() for k, v in base.state_dict().items()}
-    probe = Probe(base, features, neighbours, config.temperature, config.step_size, device)
+    probe = Probe(matcher, features, neighbours, config.temperature, config.step_size, device)
+    base_state = {k: v.clone() for k, v in probe.model.state_dict().items()}
     per_pass = np.full((config.passes, features.n_pairs), np.nan)
     steps = math.ceil(len(rows) / config.batch_size) * config.passes
     done = 0
