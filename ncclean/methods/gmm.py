@@ -137,6 +137,7 @@ class CoDivide(Objective):
                 pool_size=self.m.pool_size, batch_size=self.m.batch_size, seed=self.seed)
             self.posterior[k], self.fits[k] = fit_clean_posterior(self.losses[k], "low",
                                                                   seed=self.seed)
+            del embeddings  # or the next network's embeddings are made while these live: +2 GB
 
     def observe(self, k: int, member: torch.nn.Module, embeddings) -> None:  # noqa: B027
         """Hook: network ``k``'s embeddings of every image and caption at a division."""
