@@ -26,15 +26,14 @@ import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from quality import run_child
 
 HERE = Path(__file__).resolve().parent
 DIM = 512
@@ -95,21 +94,6 @@ def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
         a @ b
         best = min(best, time.perf_counter() - began)
     return 2 * size**3 / best / 1e9
-
-
-def run_child(command: list[str]) -> tuple[str, float, float]:
-    """Run ``command``; its stdout, wall seconds and peak RSS in MB (the child's own)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        began = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - began
-        code = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if code:
-            sys.exit(f"command failed ({code}): {shlex.join(command)}\n{err.read()}")
-        return out.read(), seconds, usage.ru_maxrss / 1024
 
 
 def detection(scored: Path) -> float:
