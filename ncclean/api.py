@@ -274,31 +274,94 @@ def resolve_device(device: str) -> str:
 
 
 def _matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embed_dim: int,
-                    image_size: int, load_matcher: PathLike | None, device: str):
-    """The matcher configuration (and the loaded matcher, if any) the options ask for."""
+                    image_size: int, load_matcher: PathLike | None, device: str,
+                    clip: dict | None = None):
+    """The matcher configuration (and the loaded matcher, if any) the options ask for. ``clip``:
+    ``model``, ``pretrained``, ``checkpoint`` of the ``clip`` towers; giving weights makes
+    ``auto`` pick them where no embedding column is named."""
     from ncclean.errors import BadOptionError
     from ncclean.models.checkpoint import load_matcher as load_checkpoint
     from ncclean.models.matcher import IMAGE_TOWERS, TEXT_TOWERS, MatcherConfig
 
+    clip = {k: v for k, v in (clip or {}).items() if v is not None}
+    has_clip = bool(clip.get("pretrained") or clip.get("checkpoint"))
     initial = None
     if load_matcher is not None:
         initial = load_checkpoint(load_matcher, device)
         config = initial.config
     else:
         image_tower = image_encoder if image_encoder != "auto" else \
-            ("column" if columns.image_emb else "pixels")
+            ("column" if columns.image_emb else "clip" if has_clip else "pixels")
         text_tower = text_encoder if text_encoder != "auto" else \
-            ("column" if columns.text_emb else "tokens")
+            ("column" if columns.text_emb else "clip" if has_clip else "tokens")
         if image_tower not in IMAGE_TOWERS or text_tower not in TEXT_TOWERS:
             raise BadOptionError(f"encoders: image one of {IMAGE_TOWERS}, text one of "
                                  f"{TEXT_TOWERS}; got {image_encoder!r}, {text_encoder!r}")
         config = MatcherConfig(image_tower=image_tower, text_tower=text_tower,
-                               embed_dim=embed_dim, image_size=image_size)
+                               embed_dim=embed_dim, image_size=image_size,
+                               clip_model=clip.get("model"),
+                               clip_pretrained=clip.get("pretrained"),
+                               clip_checkpoint=str(clip["checkpoint"]) if clip.get("checkpoint")
+                               else None)
     if config.image_tower == "column" and not columns.image_emb:
         raise BadOptionError("the column image encoder needs --image-emb-col")
     if config.text_tower == "column" and not columns.text_emb:
         raise BadOptionError("the column text encoder needs --text-emb-col")
+    if config.uses_clip and not (config.clip_pretrained or config.clip_checkpoint):
+        raise BadOptionError("the clip encoder needs weights: --clip-pretrained TAG (downloads) "
+                             "or --clip-checkpoint PATH")
     return config, initial
+
+
+def embed(
+    input: PathLike,
+    output: PathLike,
+    *,
+    encoder: str = "clip",
+    caption_col: str = "caption",
+    image_col: str = "image",
+    half: bool = False,
+    layout: str = "parquet",
+    image_emb_col: str = "image_emb",
+    text_emb_col: str = "text_emb",
+    clip_model: str = "ViT-B-32",
+    clip_pretrained: str | None = None,
+    clip_checkpoint: PathLike | None = None,
+    shard_rows: int = 1_000_000,
+    device: str = "auto",
+    max_image_pixels: int | None = None,
+    progress: Progress = no_progress,
+):
+    """Add image and caption vectors to every row of ``input`` (:mod:`ncclean.embed`):
+    ``encoder`` ``clip`` (open_clip ``clip_model`` with ``clip_pretrained`` or
+    ``clip_checkpoint``) or ``e5`` (captions only); ``layout`` ``parquet`` (columns
+    ``image_emb_col`` / ``text_emb_col``, float16 with ``half``) or ``clip-retrieval`` (a folder
+    of ``.npy`` shards and row-aligned metadata). Returns an :class:`ncclean.embed.EmbedSummary`.
+    """
+    from ncclean.data.images import DEFAULT_MAX_PIXELS
+    from ncclean.data.parquet import open_pairs
+    from ncclean.data.schema import resolve_columns
+    from ncclean.embed import embed_pairs
+    from ncclean.errors import BadOptionError
+
+    if shard_rows < 1:
+        raise BadOptionError(f"--shard-rows must be at least 1, got {shard_rows}")
+    if image_emb_col == text_emb_col:
+        raise BadOptionError("the image and text embedding columns need different names")
+    spec = None
+    if encoder == "clip":
+        from ncclean.models.openclip import ClipSpec
+
+        spec = ClipSpec(clip_model, clip_pretrained,
+                        str(clip_checkpoint) if clip_checkpoint else None).check()
+    source = open_pairs(input)
+    resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,
+                               need_image=encoder == "clip")
+    return embed_pairs(source, resolved, Path(output), encoder=encoder, clip_spec=spec,
+                       half=half, layout=layout, image_col=image_emb_col,
+                       text_col=text_emb_col, shard_rows=shard_rows,
+                       device=resolve_device(device),
+                       max_pixels=max_image_pixels or DEFAULT_MAX_PIXELS, progress=progress)
 
 
 def _scatter(values, rows, n: int, fill=float("nan")):
@@ -342,6 +405,9 @@ def score(
     cache_dir: PathLike | None | bool = True,
     strict: bool = False,
     max_image_pixels: int | None = None,
+    clip_model: str | None = None,
+    clip_pretrained: str | None = None,
+    clip_checkpoint: PathLike | None = None,
     progress: Progress = no_progress,
 ) -> ScoreSummary:
     """Score every pair of ``input`` with ``method`` and write the output contract to
@@ -349,8 +415,11 @@ def score(
 
     Encoders: ``image_encoder`` ``pixels`` (a CNN trained on the decoded images) or ``column``
     (``columns.image_emb``); ``text_encoder`` ``tokens`` (a GRU over words), ``e5`` (frozen
-    multilingual-e5-small) or ``column`` (``columns.text_emb``); ``auto`` picks ``column`` when
-    the embedding column is named. A loaded matcher brings its own encoders.
+    multilingual-e5-small) or ``column`` (``columns.text_emb``); either may be ``clip``, heads on
+    the frozen features of the open_clip model ``clip_model`` (default ViT-B-32) with weights
+    ``clip_pretrained`` (a tag, downloaded) or ``clip_checkpoint`` (a file). ``auto`` picks
+    ``column`` when the embedding column is named, else ``clip`` when CLIP weights are given. A
+    loaded matcher brings its own encoders.
 
     Partitions: ``clean_prob < noisy_below`` is noisy, ``>= clean_above`` clean, the band between
     vague; or ``noise_rate`` (a share, or ``"auto"`` for the method's estimate) marks the lowest
@@ -387,20 +456,25 @@ def score(
     cut = Cut(clean_above, noisy_below, None if noise_rate in (None, "auto") else
               float(noise_rate))
     cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
-    config, initial = _matcher_config(columns, image_encoder, text_encoder, embed_dim,
-                                      image_size, load_matcher, device)
+    config, initial = _matcher_config(
+        columns, image_encoder, text_encoder, embed_dim, image_size, load_matcher, device,
+        {"model": clip_model, "pretrained": clip_pretrained, "checkpoint": clip_checkpoint})
+    max_pixels = max_image_pixels or DEFAULT_MAX_PIXELS
 
     corpus = read_corpus(
         input, columns, strict=strict,
         image_size=config.image_size if config.image_tower == "pixels" else None,
-        max_image_pixels=max_image_pixels or DEFAULT_MAX_PIXELS, cache_dir=cache,
-        progress=progress)
+        max_image_pixels=max_pixels, cache_dir=cache, progress=progress)
     out = check_output_path(output, corpus.source)  # fail now, not after training
     if corpus.valid.sum() < 2:
         raise BadOptionError(f"{input}: only {int(corpus.valid.sum())} usable pairs; scoring "
                              "needs at least 2 (see invalid_reason with ncclean inspect)")
     complete_config(config, corpus)
-    features = build_features(corpus, config, cache_dir=cache, progress=progress)
+    features = build_features(corpus, config, cache_dir=cache, device=device,
+                              max_pixels=max_pixels, progress=progress)
+    if features.n_pairs < 2:
+        raise BadOptionError(f"{input}: only {features.n_pairs} usable pairs; scoring needs at "
+                             "least 2 (see invalid_reason with ncclean inspect)")
     seconds["read"] = time.perf_counter() - began
 
     fitted = time.perf_counter()
@@ -767,15 +841,15 @@ def retrain(
         raise BadOptionError("the scoring run used precomputed caption vectors: give "
                              "--text-emb-col")
 
-    corpus = read_corpus(input, columns, image_size=config.image_size, cache_dir=cache,
-                         progress=progress)
-    held_out = read_corpus(test, columns, image_size=config.image_size, cache_dir=cache,
-                           progress=progress)
+    size = config.image_size if config.image_tower == "pixels" else None
+    corpus = read_corpus(input, columns, image_size=size, cache_dir=cache, progress=progress)
+    held_out = read_corpus(test, columns, image_size=size, cache_dir=cache, progress=progress)
     if held_out.valid.sum() < 2:
         raise BadOptionError(f"{test}: fewer than 2 usable test pairs")
     complete_config(config, corpus)
-    features = build_features(corpus, config, cache_dir=cache, progress=progress)
-    test_features = build_features(held_out, config, cache_dir=cache, progress=progress)
+    features = build_features(corpus, config, cache_dir=cache, device=device, progress=progress)
+    test_features = build_features(held_out, config, cache_dir=cache, device=device,
+                                   progress=progress)
 
     rows = features.rows
     partition = np.asarray(PARTITIONS, dtype=object)[scored.partition[rows]]

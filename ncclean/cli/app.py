@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ncclean import __version__
-from ncclean.cli import check, inspect, methods, noise, retrain, score, split, synth
+from ncclean.cli import check, embed, inspect, methods, noise, retrain, score, split, synth
 
 
 @dataclass
@@ -57,3 +57,4 @@ app.command("inspect")(inspect.inspect)
 app.command("split")(split.split)
 app.command("check")(check.check)
 app.command("retrain")(retrain.retrain)
+app.command("embed")(embed.embed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,6 +25,17 @@ ImageEmbCol = Annotated[str | None, typer.Option(
     rich_help_panel=_COLUMNS)]
 TextEmbCol = Annotated[str | None, typer.Option(
     "--text-emb-col", help="Column of precomputed caption embeddings.", rich_help_panel=_COLUMNS)]
+
+_CLIP = "CLIP"
+ClipModel = Annotated[str, typer.Option(
+    "--clip-model", help="open_clip model name, or a model config .json.",
+    rich_help_panel=_CLIP)]
+ClipPretrained = Annotated[str | None, typer.Option(
+    "--clip-pretrained", help="open_clip pretrained tag (downloaded once; needs the network).",
+    rich_help_panel=_CLIP)]
+ClipCheckpoint = Annotated[Path | None, typer.Option(
+    "--clip-checkpoint", help="Local CLIP weights (.safetensors or a torch state dict).",
+    rich_help_panel=_CLIP)]
 
 Json = Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")]
 Strict = Annotated[bool, typer.Option(

@@ -33,11 +33,12 @@ def score(
     epochs: Annotated[int | None, typer.Option(
         min=1, help="Shortcut for -p epochs=N [default: the method's rule for the corpus "
         "size].", show_default=False)] = None,
-    image_encoder: Annotated[Literal["auto", "pixels", "column"], typer.Option(
-        help="pixels: a CNN trained on the images; column: --image-emb-col vectors.")] = "auto",
-    text_encoder: Annotated[Literal["auto", "tokens", "e5", "column"], typer.Option(
+    image_encoder: Annotated[Literal["auto", "pixels", "column", "clip"], typer.Option(
+        help="pixels: a CNN trained on the images; column: --image-emb-col vectors; clip: "
+        "frozen CLIP features (extra 'clip').")] = "auto",
+    text_encoder: Annotated[Literal["auto", "tokens", "e5", "column", "clip"], typer.Option(
         help="tokens: a GRU over words; e5: frozen multilingual-e5-small (extra 'e5'); "
-        "column: --text-emb-col vectors.")] = "auto",
+        "column: --text-emb-col vectors; clip: frozen CLIP features.")] = "auto",
     image_size: Annotated[int, typer.Option(
         min=8, help="Side of the decoded images (pixels encoder).", rich_help_panel="Matcher")]
     = 64,
@@ -91,6 +92,9 @@ def score(
     image_id_col: options.ImageIdCol = None,
     image_emb_col: options.ImageEmbCol = None,
     text_emb_col: options.TextEmbCol = None,
+    clip_model: options.ClipModel = "ViT-B-32",
+    clip_pretrained: options.ClipPretrained = None,
+    clip_checkpoint: options.ClipCheckpoint = None,
     strict: options.Strict = False,
     json_: options.Json = False,
 ) -> None:
@@ -120,7 +124,8 @@ def score(
             pseudo_captions=pseudo_captions,
             load_matcher=load_matcher, save_matcher=save_matcher, checkpoint_dir=checkpoint_dir,
             resume=resume, cache_dir=False if no_cache else (cache_dir or True), strict=strict,
-            max_image_pixels=max_image_pixels, progress=progress)
+            max_image_pixels=max_image_pixels, clip_model=clip_model,
+            clip_pretrained=clip_pretrained, clip_checkpoint=clip_checkpoint, progress=progress)
     if json_:
         print_json(summary.as_dict())
         return

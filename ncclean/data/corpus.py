@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +34,8 @@ from ncclean.data.parquet import PairSource, open_pairs
 from ncclean.data.schema import Columns, ResolvedColumns, resolve_columns
 from ncclean.errors import InvalidRowsError
 from ncclean.progress import Progress, no_progress
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -167,12 +171,8 @@ def read_corpus(
     progress("reading", 0, n)
     for shard, first_row, batch in source.iter_batches(read):
         for text in batch.column(resolved.caption).to_pylist():
-            if text is None:
-                captions.append("")
-                reasons.append("missing caption")
-            else:
-                captions.append(text)
-                reasons.append(None if text.strip() else "empty caption")
+            captions.append("" if text is None else text)
+            reasons.append(caption_problem(text))
         if resolved.id:
             ids.append(batch.column(resolved.id))
         if resolved.image_id:
@@ -218,6 +218,13 @@ def read_corpus(
     if strict:
         check_strict(corpus)
     return corpus
+
+
+def caption_problem(text: str | None) -> str | None:
+    """Why a caption cannot be used, or ``None``."""
+    if text is None:
+        return "missing caption"
+    return None if text.strip() else "empty caption"
 
 
 def _ids(chunks: list[pa.Array], resolved: ResolvedColumns, n: int) -> pa.Array:
@@ -346,7 +353,7 @@ def load_images(corpus: Corpus, size: int, *, max_pixels: int = DEFAULT_MAX_PIXE
         from ncclean.data.cache import cached_array, content_key
 
         key = content_key(["images", DECODE_VERSION, str(size), str(max_pixels),
-                           *_group_digests(corpus)])
+                           *group_digests(corpus)])
         images, meta = cached_array(
             Path(cache_dir) / "images", key, shape, np.uint8,
             lambda out: {"problems": decode_images(corpus, out, max_pixels, progress)},
@@ -365,62 +372,72 @@ def _first_rows(corpus: Corpus) -> np.ndarray:
     return np.unique(corpus.image_group, return_index=True)[1]
 
 
-def _group_digests(corpus: Corpus) -> list[bytes | None]:
-    """Image identities per group; read from the image column when grouping came from image ids."""
+def group_digests(corpus: Corpus) -> list[bytes | None]:
+    """Image identities per group (:func:`ncclean.data.images.image_identity`), for cache keys;
+    read from the image column when grouping came from image ids."""
     if corpus.image_digests is not None:
         return corpus.image_digests
+    digests: list[bytes | None] = [None] * corpus.n_images
+    for items in image_items(corpus):
+        for group, value, base in items:
+            digests[group] = image_identity(value, base)
+    corpus.image_digests = digests
+    return digests
+
+
+def image_items(corpus: Corpus) -> Iterator[list[tuple[int, bytes | str | None, Path]]]:
+    """``(group, value, base_dir)`` for the first row of every image group, one list per record
+    batch of the image column (so only one batch of image bytes is in memory at a time)."""
     source, resolved = corpus.source, corpus.columns
     kind = image_kind(resolved.image, source.schema.field(resolved.image).type)
     is_first = np.zeros(corpus.n_pairs, dtype=bool)
     is_first[_first_rows(corpus)] = True
-    digests: list[bytes | None] = [None] * corpus.n_images
     for shard, start, batch in source.iter_batches([resolved.image]):
         selected = np.flatnonzero(is_first[start:start + batch.num_rows])
+        if len(selected) == 0:
+            continue
         values = image_values(batch.column(0).take(pa.array(selected)), kind)
-        for i, value in zip(selected, values):
-            digests[corpus.image_group[start + i]] = image_identity(value, shard.path.parent)
-    corpus.image_digests = digests
-    return digests
+        yield [(int(corpus.image_group[start + i]), v, shard.path.parent)
+               for i, v in zip(selected, values)]
+
+
+def map_images(corpus: Corpus, work: Callable[[bytes], T], label: str,
+               progress: Progress = no_progress) -> Iterator[list[tuple[int, T | str]]]:
+    """``work(encoded image)`` for every image group on a thread pool (PIL releases the GIL), one
+    list of ``(group, result)`` per record batch; ``result`` is the reason string where the image
+    cannot be used (:class:`RowProblem`)."""
+
+    def run(item: tuple[int, bytes | str | None, Path]) -> tuple[int, T | str]:
+        group, value, base = item
+        try:
+            return group, work(load_image_bytes(value, base))
+        except RowProblem as problem:
+            return group, str(problem)
+
+    done = 0
+    progress(label, 0, corpus.n_images)
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for items in image_items(corpus):
+            yield list(pool.map(run, items))
+            done += len(items)
+            progress(label, done, corpus.n_images)
 
 
 def decode_images(corpus: Corpus, out: np.ndarray, max_pixels: int = DEFAULT_MAX_PIXELS,
                   progress: Progress = no_progress) -> dict[int, str]:
     """Decode the first row's image of every image group into ``out[group]`` (``(n_images, S, S,
     3) uint8``, S taken from ``out``). Returns ``{group: reason}`` for images that cannot be
-    used; those are left white. Decoding runs on a thread pool (PIL releases the GIL)."""
-    source, resolved = corpus.source, corpus.columns
-    kind = image_kind(resolved.image, source.schema.field(resolved.image).type)
+    used; those are left white."""
     size = out.shape[1]
-    n_images = corpus.n_images
-    is_first = np.zeros(corpus.n_pairs, dtype=bool)
-    is_first[_first_rows(corpus)] = True
     problems: dict[int, str] = {}
-
-    def work(item: tuple[int, bytes | str | None, Path]) -> tuple[int, np.ndarray | str]:
-        group, value, base = item
-        try:
-            return group, decode_image(load_image_bytes(value, base), size, max_pixels)
-        except RowProblem as problem:
-            return group, str(problem)
-
-    done = 0
-    progress("decoding images", 0, n_images)
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for shard, start, batch in source.iter_batches([resolved.image]):
-            selected = np.flatnonzero(is_first[start:start + batch.num_rows])
-            if len(selected) == 0:
-                continue
-            values = image_values(batch.column(0).take(pa.array(selected)), kind)
-            items = [(int(corpus.image_group[start + i]), v, shard.path.parent)
-                     for i, v in zip(selected, values)]
-            for group, result in pool.map(work, items):
-                if isinstance(result, str):
-                    problems[group] = result
-                    out[group] = 255
-                else:
-                    out[group] = result
-            done += len(items)
-            progress("decoding images", done, n_images)
+    for results in map_images(corpus, lambda data: decode_image(data, size, max_pixels),
+                              "decoding images", progress):
+        for group, result in results:
+            if isinstance(result, str):
+                problems[group] = result
+                out[group] = 255
+            else:
+                out[group] = result
     return problems
 
 

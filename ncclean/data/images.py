@@ -105,11 +105,11 @@ def load_image_bytes(value: bytes | str | None, base_dir: Path) -> bytes:
         raise RowProblem(f"unreadable image file {value}: {error.strerror or error}") from None
 
 
-def decode_image(data: bytes, size: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Decode to an RGB ``(size, size, 3) uint8`` array: transparency composited on white, the
-    longer side scaled to ``size`` and the shorter one padded with white (clip art keeps its
-    shape). Raises :class:`RowProblem` for undecodable data or more than ``max_pixels`` pixels;
-    the size is checked from the header, before any pixel is decoded."""
+def open_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS,
+             draft: int | None = None) -> Image.Image:
+    """Decode to an RGB PIL image, transparency composited on white. Raises :class:`RowProblem`
+    for undecodable data or more than ``max_pixels`` pixels; the size is checked from the header,
+    before any pixel is decoded. ``draft``: let JPEG decode at a reduced scale near that side."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -120,15 +120,27 @@ def decode_image(data: bytes, size: int, max_pixels: int = DEFAULT_MAX_PIXELS) -
                         f"image too large: {width}x{height} pixels, over the limit of "
                         f"{max_pixels:,} (--max-image-pixels)"
                     )
-                image.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
+                if draft is not None:
+                    image.draft("RGB", (draft, draft))
                 rgb = _to_rgb(image)
-                square = ImageOps.pad(rgb, (size, size), method=Image.Resampling.BILINEAR,
-                                      color=(255, 255, 255))
-                return np.asarray(square, dtype=np.uint8)
+                rgb.load()
+                return rgb
     except Image.DecompressionBombError as error:  # PIL refuses before we see the size
         raise RowProblem(f"image too large: {error}") from None
     except _DECODE_ERRORS as error:
         raise RowProblem(f"undecodable image: {type(error).__name__}: {error}") from None
+
+
+def decode_image(data: bytes, size: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Decode to an RGB ``(size, size, 3) uint8`` array (:func:`open_rgb`): the longer side scaled
+    to ``size`` and the shorter one padded with white (clip art keeps its shape)."""
+    rgb = open_rgb(data, max_pixels, draft=size)
+    try:
+        square = ImageOps.pad(rgb, (size, size), method=Image.Resampling.BILINEAR,
+                              color=(255, 255, 255))
+    except _DECODE_ERRORS as error:
+        raise RowProblem(f"undecodable image: {type(error).__name__}: {error}") from None
+    return np.asarray(square, dtype=np.uint8)
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -225,32 +225,41 @@ def write_table(dest: str | os.PathLike, table: pa.Table) -> None:
                        write_statistics=dictionary_columns(table.schema))
 
 
+Compute = Callable[[int, pa.RecordBatch], Mapping[str, pa.Array]]
+
+
 def write_pairs(
     source: PairSource,
     out: str | os.PathLike,
     updates: Mapping[str, pa.Array | pa.ChunkedArray],
     *,
     batch_rows: int = BATCH_ROWS,
+    computed: tuple[list[pa.Field], Compute] | None = None,
 ) -> Path:
     """Write every input row and column to ``out`` with ``updates`` applied, atomically.
 
     ``updates`` maps a column name to an array of ``source.n_rows`` values in input row order. A
     name the input already has replaces that column in place (same position); a new name is
     appended after the input columns, in the mapping's order. The input is streamed batch by
-    batch, so memory holds one batch of input columns plus the update arrays.
+    batch, so memory holds one batch of input columns plus the update arrays. ``computed``:
+    more columns (their fields) made batch by batch, ``compute(first_row, batch)`` with the
+    batch of the input's other columns, placed like updates.
     """
     n_rows = source.n_rows
     for name, values in updates.items():
         if len(values) != n_rows:
             raise ValueError(f"update {name!r} has {len(values)} values for {n_rows} rows")
     out = check_output_path(out, source)
+    new_fields = {name: pa.field(name, values.type) for name, values in updates.items()}
+    compute = None
+    if computed is not None:
+        new_fields |= {field.name: field for field in computed[0]}
+        compute = computed[1]
 
-    replaced = [name for name in source.schema.names if name in updates]
-    appended = [name for name in updates if name not in source.schema.names]
-    fields = []
-    for field in source.schema:
-        fields.append(field.with_type(updates[field.name].type) if field.name in updates else field)
-    fields += [pa.field(name, updates[name].type) for name in appended]
+    replaced = [name for name in source.schema.names if name in new_fields]
+    appended = [name for name in new_fields if name not in source.schema.names]
+    fields = [new_fields.get(field.name, field) for field in source.schema]
+    fields += [new_fields[name] for name in appended]
     schema = pa.schema(fields, metadata=source.schema.metadata)
 
     read_columns = [n for n in source.schema.names if n not in replaced]
@@ -262,10 +271,13 @@ def write_pairs(
         else:  # every input column is replaced: walk the row ranges only
             batches = _row_ranges(source, batch_rows)
         for _, first_row, batch in batches:
+            made = compute(first_row, batch) if compute is not None else {}
             arrays = []
             for field in schema:
                 if field.name in updates:
                     arrays.append(updates[field.name].slice(first_row, batch.num_rows))
+                elif field.name in made:
+                    arrays.append(made[field.name])
                 else:
                     arrays.append(batch.column(field.name))
             table = pa.Table.from_arrays(arrays, schema=schema)

