@@ -58,7 +58,7 @@ from ncclean.methods.clip import warmed_matcher
 from ncclean.methods.mixture import MixtureFit, fit_clean_posterior
 from ncclean.models.features import Features
 from ncclean.stages import reference_cap
-from ncclean.stages.significance import Probe, confident_pool, nearest_in_pool
+from ncclean.stages.significance import Probe, confident_pool, memory_entries
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import contrastive_ce, negative_mask
 from ncclean.train.scoring import Embeddings, embed, kept_dtype
@@ -127,11 +127,7 @@ class SelfDropDualWeight(Objective):
         pool = confident_pool(scores.s, np.ones(n, dtype=bool), scores.beta,
                               reference_cap(n), self.seed)
         self.bank_size = len(pool)
-        keys = np.arange(n)
-        return (nearest_in_pool(embeddings.images[features.image_group].astype(np.float32),
-                                keys, pool, features.image_group),
-                nearest_in_pool(embeddings.texts[features.text_group].astype(np.float32),
-                                keys, pool, features.image_group))
+        return memory_entries(embeddings, features, pool)
 
     def steps(self, epoch: int, rng: np.random.Generator) -> list[np.ndarray]:
         image_entry, text_entry = self.probe.image_entry, self.probe.text_entry

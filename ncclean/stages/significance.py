@@ -76,24 +76,37 @@ def confident_pool(clean_prob: np.ndarray, candidates: np.ndarray, threshold: fl
     return pool
 
 
-def nearest_in_pool(vectors: np.ndarray, keys: np.ndarray, pool: np.ndarray,
+def nearest_in_pool(table: np.ndarray, index: np.ndarray, keys: np.ndarray, pool: np.ndarray,
                     image_group: np.ndarray) -> np.ndarray:
-    """For every pair ``i``, the pool pair ``j`` maximising ``vectors[i] . vectors[j]`` among
+    """For every pair ``i`` in ``keys``, the pool pair ``j`` maximising ``v(i) . v(j)`` among
     those showing another image than ``i`` (so neither ``i`` itself nor another caption of its
-    picture). ``vectors``: ``(n, d)`` per pair; returns ``(n,) int64`` pair indices (-1 if none).
-    ``keys`` are the rows of ``vectors`` to search with (usually ``arange(n)``)."""
-    pool_vectors = torch.from_numpy(vectors[pool])
+    picture), with ``v(i) = table[index[i]]``: the matcher's image or caption table and the pairs'
+    groups, so nothing is copied per pair. Returns ``(len(keys),) int64`` pair indices (-1 if
+    none)."""
+    pool_vectors = torch.from_numpy(table[index[pool]].astype(np.float32, copy=False))
     pool_group = torch.from_numpy(image_group[pool])
     out = np.full(len(keys), -1, dtype=np.int64)
     for start in range(0, len(keys), _BLOCK):
         rows = keys[start:start + _BLOCK]
-        sims = torch.from_numpy(vectors[rows]) @ pool_vectors.T
+        queries = torch.from_numpy(table[index[rows]].astype(np.float32, copy=False))
+        sims = queries @ pool_vectors.T
         same = torch.from_numpy(image_group[rows])[:, None] == pool_group[None, :]
         sims = sims.masked_fill(same, float("-inf"))
         best = sims.max(dim=1)
         found = torch.isfinite(best.values).numpy()
         out[start:start + len(rows)] = np.where(found, pool[best.indices.numpy()], -1)
     return out
+
+
+def memory_entries(embeddings: Embeddings, features: Features, pool: np.ndarray) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """Every pair's memory entries among ``pool``: the pair with the most similar image and the
+    one with the most similar caption (:func:`nearest_in_pool`)."""
+    keys = np.arange(features.n_pairs)
+    return (nearest_in_pool(embeddings.images, features.image_group, keys, pool,
+                            features.image_group),
+            nearest_in_pool(embeddings.texts, features.text_group, keys, pool,
+                            features.image_group))
 
 
 def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarray,
@@ -232,11 +245,7 @@ def significance(matcher, features: Features, clean_prob: np.ndarray, candidates
         return specificity(embeddings, features, candidates, pool, config.temperature,
                            config.share), report
 
-    keys = np.arange(features.n_pairs)
-    image_vectors = embeddings.images[features.image_group]
-    text_vectors = embeddings.texts[features.text_group]
-    neighbours = (nearest_in_pool(image_vectors, keys, pool, features.image_group),
-                  nearest_in_pool(text_vectors, keys, pool, features.image_group))
+    neighbours = memory_entries(embeddings, features, pool)
     mean, per_pass = update_ratio(matcher, features, clean_prob, candidates, neighbours, config,
                                   seed, device, progress)
     if config.passes > 1:  # how stable is the c >= 1 label across passes?

@@ -154,8 +154,9 @@ def test_embed_writes_clip_retrievals_layout(tmp_path, tiny_clip, noisy_shapes):
     api.embed(noisy_shapes, out, clip_model=tiny_clip[0], clip_checkpoint=tiny_clip[1],
               layout="clip-retrieval", shard_rows=20)
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert names == ["img_emb/img_emb_0.npy", "img_emb/img_emb_1.npy", "metadata/metadata_0.parquet",
-                     "metadata/metadata_1.parquet", "ncclean-embed.json",
+    assert names == ["img_emb/img_emb_0.npy", "img_emb/img_emb_1.npy",
+                     "metadata/metadata_0.parquet", "metadata/metadata_1.parquet",
+                     "ncclean-embed.json",
                      "text_emb/text_emb_0.npy", "text_emb/text_emb_1.npy"]
     images = np.concatenate([np.load(out / "img_emb" / f"img_emb_{i}.npy") for i in (0, 1)])
     texts = np.concatenate([np.load(out / "text_emb" / f"text_emb_{i}.npy") for i in (0, 1)])

@@ -27,8 +27,13 @@ def test_confident_pool_threshold_fallback_and_cap():
 def test_nearest_excludes_itself_and_its_image():
     vectors = np.array([[1, 0], [0.99, 0.1], [0.98, 0.2], [0, 1]], dtype=np.float32)
     image_group = np.array([0, 0, 1, 2])  # pairs 0 and 1 show the same image
-    nearest = nearest_in_pool(vectors, np.arange(4), np.arange(4), image_group)
+    nearest = nearest_in_pool(vectors, np.arange(4), np.arange(4), np.arange(4), image_group)
     assert nearest.tolist() == [2, 2, 1, 2]
+    # The same through a table and an index: pairs 0 and 1 share table row 0.
+    table = vectors[[0, 2, 3]]
+    index = np.array([0, 0, 1, 2])
+    nearest = nearest_in_pool(table, index, np.arange(4), np.arange(4), image_group)
+    assert nearest.tolist() == [2, 2, 0, 2]
 
 
 def test_specificity_is_low_for_captions_that_fit_many_images():
