@@ -29,7 +29,9 @@ last one). ``--clean-above`` / ``--noisy-below`` do not apply.
 Where the model comes from: a loaded matcher (``--load-matcher``), or, where no pretrained CLIP
 exists (this machine), a matcher warmed up on the corpus itself, exactly ``gmm``'s warm-up, which
 SDD then fine-tunes whole (our matchers are small; the paper fine-tunes all of CLIP). With
-precomputed embedding columns the warmed-up matcher is the column towers' heads.
+precomputed embedding columns or a pretrained CLIP (``--clip-pretrained`` /
+``--clip-checkpoint``) the warmed-up matcher is heads on those frozen features; fine-tuning the
+CLIP towers themselves (the paper's setting, meant for a GPU) is not implemented.
 
 Departures, each because the paper's value belongs to CLIP ViT-B/32:
 
