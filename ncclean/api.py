@@ -307,6 +307,13 @@ def _matcher_config(columns: Columns, image_encoder: str, text_encoder: str, emb
         raise BadOptionError("the column image encoder needs --image-emb-col")
     if config.text_tower == "column" and not columns.text_emb:
         raise BadOptionError("the column text encoder needs --text-emb-col")
+    if clip.get("finetune", "heads") != "heads" and load_matcher is None:
+        if clip["finetune"] != "full":
+            raise BadOptionError(f"--finetune must be heads or full, got {clip['finetune']!r}")
+        if (config.image_tower, config.text_tower) != ("clip", "clip"):
+            raise BadOptionError("--finetune full fine-tunes a whole CLIP: both encoders must be "
+                                 "clip (give --clip-pretrained or --clip-checkpoint)")
+        config.finetune = "full"
     if config.uses_clip and not (config.clip_pretrained or config.clip_checkpoint):
         raise BadOptionError("the clip encoder needs weights: --clip-pretrained TAG (downloads) "
                              "or --clip-checkpoint PATH")
@@ -408,6 +415,7 @@ def score(
     clip_model: str | None = None,
     clip_pretrained: str | None = None,
     clip_checkpoint: PathLike | None = None,
+    finetune: str = "heads",
     progress: Progress = no_progress,
 ) -> ScoreSummary:
     """Score every pair of ``input`` with ``method`` and write the output contract to
@@ -418,8 +426,9 @@ def score(
     multilingual-e5-small) or ``column`` (``columns.text_emb``); either may be ``clip``, heads on
     the frozen features of the open_clip model ``clip_model`` (default ViT-B-32) with weights
     ``clip_pretrained`` (a tag, downloaded) or ``clip_checkpoint`` (a file). ``auto`` picks
-    ``column`` when the embedding column is named, else ``clip`` when CLIP weights are given. A
-    loaded matcher brings its own encoders.
+    ``column`` when the embedding column is named, else ``clip`` when CLIP weights are given.
+    ``finetune="full"`` trains the whole CLIP instead of heads (meant for a GPU). A loaded
+    matcher brings its own encoders.
 
     Partitions: ``clean_prob < noisy_below`` is noisy, ``>= clean_above`` clean, the band between
     vague; or ``noise_rate`` (a share, or ``"auto"`` for the method's estimate) marks the lowest
@@ -458,7 +467,8 @@ def score(
     cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
     config, initial = _matcher_config(
         columns, image_encoder, text_encoder, embed_dim, image_size, load_matcher, device,
-        {"model": clip_model, "pretrained": clip_pretrained, "checkpoint": clip_checkpoint})
+        {"model": clip_model, "pretrained": clip_pretrained, "checkpoint": clip_checkpoint,
+         "finetune": finetune})
     max_pixels = max_image_pixels or DEFAULT_MAX_PIXELS
 
     corpus = read_corpus(

@@ -95,6 +95,9 @@ def score(
     clip_model: options.ClipModel = "ViT-B-32",
     clip_pretrained: options.ClipPretrained = None,
     clip_checkpoint: options.ClipCheckpoint = None,
+    finetune: Annotated[Literal["heads", "full"], typer.Option(
+        help="With CLIP: train small heads on its frozen features, or the whole model (meant "
+        "for a GPU).", rich_help_panel="CLIP")] = "heads",
     strict: options.Strict = False,
     json_: options.Json = False,
 ) -> None:
@@ -125,7 +128,8 @@ def score(
             load_matcher=load_matcher, save_matcher=save_matcher, checkpoint_dir=checkpoint_dir,
             resume=resume, cache_dir=False if no_cache else (cache_dir or True), strict=strict,
             max_image_pixels=max_image_pixels, clip_model=clip_model,
-            clip_pretrained=clip_pretrained, clip_checkpoint=clip_checkpoint, progress=progress)
+            clip_pretrained=clip_pretrained, clip_checkpoint=clip_checkpoint,
+            finetune=finetune, progress=progress)
     if json_:
         print_json(summary.as_dict())
         return

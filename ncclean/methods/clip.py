@@ -11,7 +11,8 @@ Where the embeddings come from:
   their raw cosine, no training at all. This is the CLIP score when the columns hold CLIP
   embeddings (``ncclean embed --encoder clip`` writes them).
 - a pretrained CLIP (``clip`` towers: ``--clip-pretrained`` or ``--clip-checkpoint``): the raw
-  cosine of its frozen features, computed (and cached) here; DataComp's CLIP score.
+  cosine of its frozen features, computed (and cached) here; DataComp's CLIP score. With
+  ``--finetune full`` the same cosine, computed by the whole model from pixels and tokens.
 - a loaded matcher (``--load-matcher``): its joint embeddings.
 - otherwise, where no pretrained CLIP exists: a matcher warmed up on the corpus itself, exactly
   ``gmm``'s warm-up (mean hinge over in-batch negatives, ``warmup_epochs`` by
@@ -66,6 +67,19 @@ def warmed_matcher(features: Features, context: Context, warmup_epochs: int | No
         f"matcher warmed up for {warmed.report['warmup_epochs']} epochs"
 
 
+def starting_matcher(context: Context) -> tuple[Any, str]:
+    """The matcher a method starts from when it needs no warm-up: the loaded one, or a whole
+    pretrained CLIP (``--finetune full``); with a description."""
+    if context.initial is not None:
+        return context.initial, "loaded matcher"
+    from ncclean.models.matcher import build_matcher
+
+    config = context.matcher_config
+    weights = config.clip_pretrained or config.clip_checkpoint
+    return build_matcher(config, context.seed).to(context.device), \
+        f"CLIP {config.clip_model} ({weights}), the whole model"
+
+
 def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
     """``(n,)`` 1.0 for the ``round(keep * n)`` most similar pairs, 0.0 for the others."""
     out = np.zeros(len(similarity))
@@ -95,10 +109,9 @@ class Clip(Method):
             raise BadOptionError(f"keep_fraction must lie in (0, 1], got {self.keep_fraction}")
         config = context.matcher_config
         matcher = None
-        if context.initial is not None:
-            matcher = context.initial
+        if context.initial is not None or (config is not None and config.finetune == "full"):
+            matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
-            source = "loaded matcher"
         elif config is not None and config.image_tower == config.text_tower and \
                 config.image_tower in ("column", "clip"):
             embeddings = raw_embeddings(features)

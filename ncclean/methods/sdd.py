@@ -30,8 +30,10 @@ Where the model comes from: a loaded matcher (``--load-matcher``), or, where no 
 exists (this machine), a matcher warmed up on the corpus itself, exactly ``gmm``'s warm-up, which
 SDD then fine-tunes whole (our matchers are small; the paper fine-tunes all of CLIP). With
 precomputed embedding columns or a pretrained CLIP (``--clip-pretrained`` /
-``--clip-checkpoint``) the warmed-up matcher is heads on those frozen features; fine-tuning the
-CLIP towers themselves (the paper's setting, meant for a GPU) is not implemented.
+``--clip-checkpoint``) the warmed-up matcher is heads on those frozen features; with
+``--finetune full`` SDD starts from the pretrained CLIP itself, no warm-up, and fine-tunes every
+weight (the paper's setting, meant for a GPU; pass the paper's ``-p lr=2e-7 -p alpha=20
+-p beta=30`` for ViT-B/32).
 
 Departures, each because the paper's value belongs to CLIP ViT-B/32:
 
@@ -56,7 +58,7 @@ import torch
 
 from ncclean.errors import BadOptionError
 from ncclean.methods.base import Context, Method, MethodResult
-from ncclean.methods.clip import warmed_matcher
+from ncclean.methods.clip import starting_matcher, warmed_matcher
 from ncclean.methods.mixture import MixtureFit, fit_clean_posterior
 from ncclean.models.features import Features
 from ncclean.stages import reference_cap
@@ -203,8 +205,9 @@ class SDD(Method):
     def fit(self, features: Features, context: Context) -> MethodResult:
         if self.final not in ("mean", "last"):
             raise BadOptionError(f"final must be 'mean' or 'last', got {self.final!r}")
-        if context.initial is not None:
-            model, source = context.initial, "loaded matcher"
+        config = context.matcher_config
+        if context.initial is not None or (config is not None and config.finetune == "full"):
+            model, source = starting_matcher(context)
         else:
             model, _, source = warmed_matcher(features, context, self.warmup_epochs,
                                               self.batch_size, self.warmup_lr)

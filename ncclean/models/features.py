@@ -136,6 +136,10 @@ def complete_config(config: MatcherConfig, corpus: Corpus) -> MatcherConfig:
         config.clip_checkpoint = spec.checkpoint  # absolute, for the sidecar and retraining
         config.clip_model = spec.model
         width = clip_dim(spec)
+        if config.finetune == "full":
+            from ncclean.models.openclip import clip_input_size
+
+            config.image_size, config.embed_dim = clip_input_size(spec), width
         if config.image_tower == "clip":
             config.image_in_dim = width
         if config.text_tower == "clip":
@@ -161,7 +165,13 @@ def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | N
     multilingual-e5-small vectors of every distinct caption; ``clip`` computes (and caches) the
     frozen CLIP vectors of every image group (marking the rows of unusable images) or caption.
     """
-    if config.image_tower == "clip":
+    if config.finetune == "full":  # the whole CLIP trains: pixels and tokens in
+        from ncclean.data.corpus import load_images
+        from ncclean.models.openclip import clip_tokens
+
+        image_data = load_images(corpus, config.image_size, max_pixels=max_pixels,
+                                 cache_dir=cache_dir, progress=progress)
+    elif config.image_tower == "clip":
         from ncclean.models.openclip import clip_image_vectors
 
         image_data = clip_image_vectors(corpus, clip_spec(config), max_pixels=max_pixels,
@@ -184,6 +194,8 @@ def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | N
         from ncclean.models.e5 import e5_vectors
 
         text_data = e5_vectors(texts, cache_dir=cache_dir, progress=progress)
+    elif config.finetune == "full":
+        text_data = clip_tokens(texts, clip_spec(config))
     elif config.text_tower == "clip":
         from ncclean.models.openclip import clip_text_vectors
 

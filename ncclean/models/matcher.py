@@ -28,8 +28,9 @@ class MatcherConfig:
 
     ``image_in_dim`` / ``text_in_dim`` are the widths of precomputed vectors (``column``, ``e5``
     and ``clip`` towers); ``vocab`` the tokeniser's vocabulary (``tokens`` tower); ``clip_*`` the
-    frozen CLIP model whose features the ``clip`` towers read
-    (:class:`ncclean.models.openclip.ClipSpec`).
+    CLIP model of the ``clip`` towers (:class:`ncclean.models.openclip.ClipSpec`), whose frozen
+    features small heads read (``finetune="heads"``) or which is fine-tuned whole
+    (``finetune="full"``: both towers ``clip``, pixels and tokens in).
     """
 
     image_tower: str = "pixels"
@@ -46,6 +47,7 @@ class MatcherConfig:
     clip_model: str | None = None
     clip_pretrained: str | None = None
     clip_checkpoint: str | None = None
+    finetune: str = "heads"
 
     @property
     def uses_clip(self) -> bool:
@@ -82,6 +84,13 @@ class Matcher(nn.Module):
     def __init__(self, config: MatcherConfig):
         super().__init__()
         self.config = config
+        if config.finetune == "full":
+            from ncclean.models.openclip import ClipSpec, full_clip_towers
+
+            self.image_tower, self.text_tower = full_clip_towers(ClipSpec(
+                config.clip_model or "ViT-B-32", config.clip_pretrained,
+                config.clip_checkpoint))
+            return
         self.image_tower = _image_tower(config)
         self.text_tower = _text_tower(config)
 

@@ -290,3 +290,70 @@ def clip_text_vectors(texts: list[str], spec: ClipSpec, *, device: str = "cpu",
 
     key = content_key(["clip-texts", spec.identity(), *texts])
     return cached_array(Path(cache_dir) / "clip", key, shape, np.float32, fill)[0]
+
+
+def _trainable_clip(spec: ClipSpec):
+    """A fresh copy of the model with its weights, for fine-tuning (not the shared encoder)."""
+    open_clip = import_open_clip()
+    spec = spec.check()
+    name = _model_name(open_clip, spec)
+    try:
+        with _quiet(), _offline_unless_reachable(spec.pretrained is not None):
+            return open_clip.create_model(name, pretrained=spec.checkpoint or spec.pretrained)
+    except Exception as error:  # as in ClipEncoder
+        raise NcCleanError(f"cannot load CLIP weights for {name}: "
+                           f"{str(error).strip()[:200] or type(error).__name__}") from None
+
+
+def clip_input_size(spec: ClipSpec) -> int:
+    """The side of the model's square input images, from its config."""
+    open_clip = import_open_clip()
+    size = open_clip.get_model_config(_model_name(open_clip, spec.check()))["vision_cfg"] \
+        .get("image_size", 224)
+    return int(size if isinstance(size, int) else max(size))
+
+
+def clip_tokens(texts: list[str], spec: ClipSpec) -> np.ndarray:
+    """``(len(texts), context_length) int64`` token ids from the model's own tokenizer."""
+    open_clip = import_open_clip()
+    tokenizer = open_clip.get_tokenizer(_model_name(open_clip, spec.check()))
+    parts = [tokenizer(texts[i:i + 4096]).numpy() for i in range(0, len(texts), 4096)]
+    return np.concatenate(parts) if parts else np.zeros((0, 1), dtype=np.int64)
+
+
+def full_clip_towers(spec: ClipSpec):
+    """``(image tower, text tower)`` of a whole pretrained CLIP, every weight trainable
+    (``--finetune full``): the image tower takes ``(B, S, S, 3) uint8`` pixels (decoded at the
+    model's input size, padded with white like every ncclean image) and applies the model's
+    normalisation; the text tower takes token ids. The towers share no parameters: the visual
+    encoder is moved out of the model the text tower keeps."""
+    import torch
+    from torch import nn
+
+    model = _trainable_clip(spec)
+    visual = model.visual
+    model.visual = nn.Identity()
+    config = getattr(visual, "preprocess_cfg", {}) or {}
+    mean = torch.tensor(config.get("mean", (0.48145466, 0.4578275, 0.40821073)))
+    std = torch.tensor(config.get("std", (0.26862954, 0.26130258, 0.27577711)))
+
+    class ImageTower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.visual = visual
+            self.register_buffer("mean", mean.view(1, 3, 1, 1), persistent=False)
+            self.register_buffer("std", std.view(1, 3, 1, 1), persistent=False)
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            x = images.permute(0, 3, 1, 2).float().div_(255.0)
+            return self.visual((x - self.mean) / self.std)
+
+    class TextTower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.clip = model
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.clip.encode_text(tokens)
+
+    return ImageTower(), TextTower()

@@ -201,3 +201,39 @@ def test_embed_refuses_an_existing_retrieval_folder(tmp_path, capsys, tiny_clip,
                  tiny_clip[1]])
     assert code == 2 and "exists" in capsys.readouterr().err
     assert open_pairs(noisy_shapes).n_rows == 36
+
+
+def test_finetune_full_trains_the_whole_clip(tmp_path, tiny_clip, noisy_shapes):
+    from safetensors.numpy import load_file
+
+    out, saved = tmp_path / "sdd.parquet", tmp_path / "sdd.safetensors"
+    api.score(noisy_shapes, out, method="sdd", params={"epochs": "1"}, finetune="full",
+              clip_model=tiny_clip[0], clip_checkpoint=tiny_clip[1], cache_dir=None,
+              save_matcher=saved)
+    sidecar = json.loads((tmp_path / "sdd.parquet.json").read_text())
+    assert sidecar["matcher"]["finetune"] == "full"
+    assert (sidecar["matcher"]["image_size"], sidecar["matcher"]["embed_dim"]) == (32, 16)
+    assert "whole model" in sidecar["report"]["similarity_source"]  # no warm-up
+    before, after = load_file(tiny_clip[1]), load_file(saved)
+    for name in ("visual.conv1.weight", "token_embedding.weight", "text_projection"):
+        trained = next(v for k, v in after.items() if k.endswith("." + name))
+        assert trained.shape == before[name].shape
+        assert not np.allclose(trained, before[name]), name
+
+
+def test_the_whole_model_scores_like_its_frozen_features(tmp_path, tiny_clip, noisy_shapes):
+    out = tmp_path / "clip.parquet"
+    api.score(noisy_shapes, out, method="clip", finetune="full", clip_model=tiny_clip[0],
+              clip_checkpoint=tiny_clip[1], cache_dir=None)
+    whole = pq.read_table(out).column("clip_sim").to_numpy()
+    frozen = _direct_similarity(tiny_clip, noisy_shapes)
+    # Pixels differ only by resampling (ncclean pads to a square, open_clip crops).
+    assert np.corrcoef(whole, frozen)[0, 1] > 0.99
+
+
+def test_finetune_full_needs_clip_on_both_sides(tmp_path, capsys, tiny_clip, noisy_shapes):
+    code = main(["score", noisy_shapes, "-o", str(tmp_path / "x.parquet"), "--finetune", "full",
+                 "--text-encoder", "tokens", "--clip-model", tiny_clip[0], "--clip-checkpoint",
+                 tiny_clip[1]])
+    err = capsys.readouterr().err
+    assert code == 2 and "both encoders must be clip" in err, err
