@@ -237,3 +237,21 @@ def test_finetune_full_needs_clip_on_both_sides(tmp_path, capsys, tiny_clip, noi
                  tiny_clip[1]])
     err = capsys.readouterr().err
     assert code == 2 and "both encoders must be clip" in err, err
+
+
+def test_embed_with_e5_writes_caption_vectors_only(tmp_path):
+    from ncclean.models.e5 import e5_vectors
+    from tests.helpers import png_bytes
+
+    path = write_parquet(tmp_path / "pairs.parquet", {
+        "image": [png_bytes((200, 0, 0))] * 3,
+        "caption": ["a red box", "", "une boîte rouge"],
+    })
+    out = tmp_path / "emb.parquet"
+    summary = api.embed(path, out, encoder="e5", half=True)
+    table = pq.read_table(out)
+    assert summary.image_col is None and "image_emb" not in table.column_names
+    assert str(table.schema.field("text_emb").type) == "fixed_size_list<element: halffloat>[384]"
+    assert table.column("text_emb").is_null().to_pylist() == [False, True, False]
+    written = np.array([table.column("text_emb")[i].as_py() for i in (0, 2)], dtype=np.float32)
+    np.testing.assert_allclose(written, e5_vectors(["a red box", "une boîte rouge"]), atol=2e-3)
