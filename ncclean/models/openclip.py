@@ -121,22 +121,7 @@ class ClipEncoder:
         open_clip = import_open_clip()
         spec = spec.check()
         name = _model_name(open_clip, spec)
-        weights = spec.checkpoint or spec.pretrained
-        try:
-            with _quiet(), _offline_unless_reachable(spec.pretrained is not None):
-                model, _, transform = open_clip.create_model_and_transforms(
-                    name, pretrained=weights, device=device)
-        except Exception as error:  # open_clip and huggingface_hub raise many kinds
-            reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else \
-                type(error).__name__
-            if spec.checkpoint is not None:
-                raise NcCleanError(f"cannot load CLIP weights {spec.checkpoint} into {name}: "
-                                   f"{reason}") from None
-            raise NcCleanError(
-                f"cannot get CLIP weights {name}/{spec.pretrained} (named weights are "
-                "downloaded, and they are neither reachable nor in the local Hugging Face "
-                "cache): use --clip-checkpoint PATH with local weights; HF_HUB_OFFLINE=1 says "
-                f"there is no network. ({reason})") from None
+        model, transform = load_clip(spec, device)
         self.spec, self.device = spec, device
         self.model = model.eval()
         self.transform = transform
@@ -292,17 +277,28 @@ def clip_text_vectors(texts: list[str], spec: ClipSpec, *, device: str = "cpu",
     return cached_array(Path(cache_dir) / "clip", key, shape, np.float32, fill)[0]
 
 
-def _trainable_clip(spec: ClipSpec):
-    """A fresh copy of the model with its weights, for fine-tuning (not the shared encoder)."""
+def load_clip(spec: ClipSpec, device: str = "cpu"):
+    """A fresh ``(model, evaluation transform)`` of ``spec`` with its weights (training mode);
+    :class:`NcCleanError` in one line when the weights cannot be had."""
     open_clip = import_open_clip()
     spec = spec.check()
     name = _model_name(open_clip, spec)
     try:
         with _quiet(), _offline_unless_reachable(spec.pretrained is not None):
-            return open_clip.create_model(name, pretrained=spec.checkpoint or spec.pretrained)
-    except Exception as error:  # as in ClipEncoder
-        raise NcCleanError(f"cannot load CLIP weights for {name}: "
-                           f"{str(error).strip()[:200] or type(error).__name__}") from None
+            model, _, transform = open_clip.create_model_and_transforms(
+                name, pretrained=spec.checkpoint or spec.pretrained, device=device)
+    except Exception as error:  # open_clip and huggingface_hub raise many kinds
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else \
+            type(error).__name__
+        if spec.checkpoint is not None:
+            raise NcCleanError(f"cannot load CLIP weights {spec.checkpoint} into {name}: "
+                               f"{reason}") from None
+        raise NcCleanError(
+            f"cannot get CLIP weights {name}/{spec.pretrained} (named weights are "
+            "downloaded, and they are neither reachable nor in the local Hugging Face "
+            "cache): use --clip-checkpoint PATH with local weights; HF_HUB_OFFLINE=1 says "
+            f"there is no network. ({reason})") from None
+    return model, transform
 
 
 def clip_input_size(spec: ClipSpec) -> int:
@@ -330,7 +326,7 @@ def full_clip_towers(spec: ClipSpec):
     import torch
     from torch import nn
 
-    model = _trainable_clip(spec)
+    model, _ = load_clip(spec)
     visual = model.visual
     model.visual = nn.Identity()
     config = getattr(visual, "preprocess_cfg", {}) or {}
