@@ -18,6 +18,7 @@ Examples::
     python benchmarks/quality.py --corpus synth --noise 0.5 --record
     python benchmarks/quality.py --method gmm -p epochs=0      # warm-up only: the plain loss-GMM
     python benchmarks/quality.py --noise 0.5 --retrain         # and retrain on what it kept
+    python benchmarks/quality.py --noise 0.5 --retrain --retrain-seeds 0 1 2   # mean of three
 
 ``--record`` appends the table, with the exact command, to ``benchmarks/RESULTS.md``.
 """
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="hold out a test split before the noise and report the Recall@K "
                         "of matchers retrained on the cleaned, noisy and truly clean pairs")
     parser.add_argument("--retrain-args", default="", help="more ncclean retrain arguments")
+    parser.add_argument("--retrain-seeds", type=int, nargs="+", default=None,
+                        help="retrain seeds; the table gives each arm's mean and sd and the "
+                        "gap recovered between the means [default: --seed only]. One seed's "
+                        "retrain moves every arm by several rSum points")
     parser.add_argument("--test-size", type=int, default=1000)
     args = parser.parse_args(argv)
 
@@ -145,14 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.corpus == "clipart":
             metrics |= stage_metrics(scored, corpus, matcher if args.method != "gmm" else None)
         if test is not None:
-            stdout, retrain_seconds, _ = run_child(
-                python + ["retrain", str(scored), "--test", str(test), "--baseline", "--seed",
-                          str(args.seed), "--json", *shlex.split(args.retrain_args)])
-            retrained = json.loads(stdout)
-            metrics |= {f"rsum_{arm}": result["strict"]["rsum"]
-                        for arm, result in retrained["arms"].items()}
-            metrics |= {"gap_recovered": retrained["gap_recovered"],
-                        "retrain_seconds": retrain_seconds}
+            metrics |= retrain_arms(python, scored, test, args.retrain_seeds or [args.seed],
+                                    shlex.split(args.retrain_args))
         rows.append(metrics)
         print(json.dumps(metrics), flush=True)
 
@@ -209,14 +208,47 @@ def hold_out(corpus: Path, work: Path, size: int, seed: int) -> tuple[Path, Path
     return train, test
 
 
+def retrain_arms(python: list[str], scored: Path, test: Path, seeds: list[int],
+                 extra: list[str]) -> dict:
+    """``ncclean retrain --baseline`` once per seed: each arm's strict rSum (the mean over
+    seeds, with ``*_sd`` and the per-seed values) and the gap recovered between the means."""
+    per_arm: dict[str, list[float]] = {}
+    seconds = 0.0
+    for seed in seeds:
+        stdout, took, _ = run_child(python + ["retrain", str(scored), "--test", str(test),
+                                              "--baseline", "--seed", str(seed), "--json",
+                                              *extra])
+        seconds += took
+        for arm, result in json.loads(stdout)["arms"].items():
+            per_arm.setdefault(arm, []).append(result["strict"]["rsum"])
+    out: dict = {"retrain_seeds": seeds, "retrain_seconds": seconds}
+    for arm, values in per_arm.items():
+        out |= {f"rsum_{arm}": float(np.mean(values)), f"rsum_{arm}_seeds": values,
+                f"rsum_{arm}_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None}
+    if "oracle" in per_arm:
+        gap = out["rsum_oracle"] - out["rsum_noisy"]
+        out["gap_recovered"] = (out["rsum_cleaned"] - out["rsum_noisy"]) / gap if gap else None
+    else:
+        out["gap_recovered"] = None
+    return out
+
+
 def render_retrain(rows: list[dict], test_size: int) -> str:
-    head = (f"Retrained matchers (`ncclean retrain --baseline`, same seed and steps), strict rSum "
-            f"on {test_size:,} held-out pairs with unique captions:\n\n"
+    seeds = rows[0].get("retrain_seeds", [0]) if rows else [0]
+    which = f"seed {seeds[0]}" if len(seeds) == 1 else \
+        f"mean (sd) over seeds {', '.join(map(str, seeds))}"
+    head = (f"Retrained matchers (`ncclean retrain --baseline`, same steps; {which}), strict "
+            f"rSum on {test_size:,} held-out pairs with unique captions:\n\n"
             "| noise | cleaned | noisy (all pairs) | oracle (truly clean) | gap recovered | "
             "retrain time |\n|---|---|---|---|---|---|\n")
-    lines = [f"| {r['ratio']:.0%} | {r['rsum_cleaned']:.1f} | {r['rsum_noisy']:.1f} | "
-             f"{r['rsum_oracle']:.1f} | {_pct(r['gap_recovered'])} | "
-             f"{r['retrain_seconds']:.0f} s |" for r in rows]
+
+    def arm(r: dict, name: str) -> str:
+        sd = r.get(f"rsum_{name}_sd")
+        return f"{r[f'rsum_{name}']:.1f}" + (f" ({sd:.1f})" if sd is not None else "")
+
+    lines = [f"| {r['ratio']:.0%} | {arm(r, 'cleaned')} | {arm(r, 'noisy')} | "
+             f"{arm(r, 'oracle') if 'rsum_oracle' in r else '-'} | "
+             f"{_pct(r['gap_recovered'])} | {r['retrain_seconds']:.0f} s |" for r in rows]
     return head + "\n".join(lines) + "\n"
 
 
