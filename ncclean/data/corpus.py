@@ -359,12 +359,18 @@ def load_images(corpus: Corpus, size: int, *, max_pixels: int = DEFAULT_MAX_PIXE
             lambda out: {"problems": decode_images(corpus, out, max_pixels, progress)},
         )
         problems = {int(group): reason for group, reason in meta["problems"].items()}
-    if problems:
-        bad_rows = np.flatnonzero(np.isin(corpus.image_group, np.fromiter(problems, np.int64)))
-        for row in bad_rows:
-            corpus.mark(row, problems[int(corpus.image_group[row])])
+    mark_image_problems(corpus, problems)
     corpus.images = images
     return images
+
+
+def mark_image_problems(corpus: Corpus, problems: dict[int, str]) -> None:
+    """Mark every row showing an image group in ``problems`` invalid, with its reason."""
+    if not problems:
+        return
+    bad_rows = np.flatnonzero(np.isin(corpus.image_group, np.fromiter(problems, np.int64)))
+    for row in bad_rows:
+        corpus.mark(row, problems[int(corpus.image_group[row])])
 
 
 def _first_rows(corpus: Corpus) -> np.ndarray:

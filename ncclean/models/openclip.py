@@ -215,7 +215,7 @@ def clip_image_vectors(corpus, spec: ClipSpec, *, max_pixels: int, device: str =
         -> np.ndarray:
     """``(n_images, dim) float32`` CLIP vectors of every image group of ``corpus``; rows of
     images that cannot be used are marked invalid (their vectors are zero)."""
-    from ncclean.data.corpus import group_digests, map_images
+    from ncclean.data.corpus import group_digests, map_images, mark_image_problems
 
     spec = spec.check()
     dim = clip_dim(spec)
@@ -244,10 +244,7 @@ def clip_image_vectors(corpus, spec: ClipSpec, *, max_pixels: int, device: str =
                            *group_digests(corpus)])
         vectors, meta = cached_array(Path(cache_dir) / "clip", key, shape, np.float32, fill)
         problems = {int(group): reason for group, reason in meta["problems"].items()}
-    if problems:
-        bad = np.flatnonzero(np.isin(corpus.image_group, np.fromiter(problems, np.int64)))
-        for row in bad:
-            corpus.mark(row, problems[int(corpus.image_group[row])])
+    mark_image_problems(corpus, problems)
     return vectors
 
 
