@@ -43,6 +43,7 @@ from ncclean.data.images import (
 )
 from ncclean.data.parquet import (
     PairSource,
+    Shard,
     check_output_path,
     sidecar_path,
     write_json,
@@ -195,11 +196,11 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
     n = source.n_rows
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         embedder = _BatchEmbedder(chosen, resolved, kind, pool)
-        shard_of = _shard_finder(source)
         progress("embedding", 0, n)
 
-        def compute(first_row: int, batch: pa.RecordBatch) -> dict[str, pa.Array]:
-            got = embedder(batch, shard_of(first_row))
+        def compute(shard: Shard, first_row: int, batch: pa.RecordBatch) \
+                -> dict[str, pa.Array]:
+            got = embedder(batch, shard.path.parent)
             made = {text_col: _vector_array(got["texts"], got["text_missing"], dtype),
                     PROBLEM_COL: pa.array(got["problems"], pa.string())}
             if got["images"] is not None:
@@ -230,17 +231,6 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
     return summary
 
 
-def _shard_finder(source: PairSource):
-    """first row of a batch -> the folder its shard lies in (relative image paths)."""
-    starts = np.array([s.first_row for s in source.shards])
-
-    def base(first_row: int) -> Path:
-        return source.shards[int(np.searchsorted(starts, first_row, side="right") - 1)] \
-            .path.parent
-
-    return base
-
-
 def _write_retrieval(source, resolved, output: Path, compute, image_col: str, text_col: str,
                      shard_rows: int, batch_rows: int, chosen: _Encoder, dtype) -> None:
     """clip-retrieval's layout, built in a temporary folder beside ``output`` and renamed."""
@@ -262,8 +252,8 @@ def _write_retrieval(source, resolved, output: Path, compute, image_col: str, te
         arrays: dict[str, np.ndarray] = {}
         writer = None
         shard = -1
-        for _, first_row, batch in source.iter_batches(None, batch_rows):
-            made = compute(first_row, batch)
+        for shard_of_input, first_row, batch in source.iter_batches(None, batch_rows):
+            made = compute(shard_of_input, first_row, batch)
             row = first_row
             while row < first_row + batch.num_rows:
                 if row // shard_rows != shard:
@@ -285,12 +275,8 @@ def _write_retrieval(source, resolved, output: Path, compute, image_col: str, te
                 end = min(first_row + batch.num_rows, (shard + 1) * shard_rows)
                 lo, hi = row - first_row, end - first_row
                 for folder, (col, dim) in sides.items():
-                    vectors = made[col].slice(lo, hi - lo)
-                    block = np.nan_to_num(vectors.flatten().to_numpy(zero_copy_only=False)
-                                          if vectors.null_count == 0 else
-                                          _filled(vectors, dim))
                     arrays[folder][row - shard * shard_rows:end - shard * shard_rows] = \
-                        block.reshape(-1, dim)
+                        _filled(made[col].slice(lo, hi - lo), dim)
                 columns = [batch.column(c).slice(lo, hi - lo) for c in meta_columns]
                 columns += [pa.array(np.arange(row, end, dtype=np.int64)),
                             made[PROBLEM_COL].slice(lo, hi - lo)]
@@ -307,10 +293,10 @@ def _write_retrieval(source, resolved, output: Path, compute, image_col: str, te
 
 
 def _filled(vectors: pa.Array, dim: int) -> np.ndarray:
-    """A fixed-size list array with nulls as a flat array, zeros for the nulls."""
+    """A fixed-size list array as ``(len, dim)`` numpy rows, zeros for the nulls."""
     out = np.zeros((len(vectors), dim), dtype=np.float32)
     present = ~vectors.is_null().to_numpy(zero_copy_only=False)
     if present.any():
         out[present] = vectors.filter(pa.array(present)).flatten() \
             .to_numpy(zero_copy_only=False).reshape(-1, dim)
-    return out.reshape(-1)
+    return out

@@ -225,7 +225,7 @@ def write_table(dest: str | os.PathLike, table: pa.Table) -> None:
                        write_statistics=dictionary_columns(table.schema))
 
 
-Compute = Callable[[int, pa.RecordBatch], Mapping[str, pa.Array]]
+Compute = Callable[[Shard, int, pa.RecordBatch], Mapping[str, pa.Array]]
 
 
 def write_pairs(
@@ -242,8 +242,8 @@ def write_pairs(
     name the input already has replaces that column in place (same position); a new name is
     appended after the input columns, in the mapping's order. The input is streamed batch by
     batch, so memory holds one batch of input columns plus the update arrays. ``computed``:
-    more columns (their fields) made batch by batch, ``compute(first_row, batch)`` with the
-    batch of the input's other columns, placed like updates.
+    more columns (their fields) made batch by batch, ``compute(shard, first_row, batch)``
+    with the batch of the input's other columns, placed like updates.
     """
     n_rows = source.n_rows
     for name, values in updates.items():
@@ -270,8 +270,8 @@ def write_pairs(
             batches = source.iter_batches(read_columns, batch_rows)
         else:  # every input column is replaced: walk the row ranges only
             batches = _row_ranges(source, batch_rows)
-        for _, first_row, batch in batches:
-            made = compute(first_row, batch) if compute is not None else {}
+        for shard, first_row, batch in batches:
+            made = compute(shard, first_row, batch) if compute is not None else {}
             arrays = []
             for field in schema:
                 if field.name in updates:
