@@ -43,6 +43,11 @@ Where this follows the authors' code or departs from both:
   against 0.834. ``balanced_labels=false`` restores the paper's rule.
 - ``K``: 128 (the paper's) when the corpus has at least 2,560 distinct images; below that,
   ``max(2, n_images // 20)``, so each class can hold about twenty images.
+- ``rectify="ncr"`` (ours, off by default) trains the clean-set pairs with NCR's co-rectified
+  label ``w + (1 - w) P(I, T)`` instead of Eq. 8. On clip art at 50% noise the oscillation
+  carries no information (``pc2_w_osc`` AUROC 0.51), yet swapping the rule changes nothing
+  measurable: AUROC 0.910 either way (F1 0.790 against 0.772; ``benchmarks/RESULTS.md``).
+  ``pc2_label`` reports Eq. 8's label whichever rule trains.
 - The final pseudo-captions (the pseudo-caption stage) are searched over the whole corpus in the
   same class-probability space, averaging the two networks' cosines, with ``S^p >= 0.5``.
 """
@@ -57,6 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ncclean.errors import BadOptionError
 from ncclean.methods.base import Context, MethodResult
 from ncclean.methods.gmm import GMM, CoDivide
 from ncclean.methods.mixture import MixtureFit, clean_split, fit_clean_posterior
@@ -64,6 +70,8 @@ from ncclean.models.features import Features
 from ncclean.models.matcher import Ensemble
 from ncclean.train.losses import mean_hinge, negative_mask
 from ncclean.train.scoring import embed
+
+RECTIFY = ("oscillation", "ncr")
 
 
 def n_classes_for(n_images: int, requested: int | None) -> int:
@@ -155,6 +163,16 @@ class PseudoClassify(CoDivide):
         """Eq. 8: ``y = w + (1 - w) 1(w_o >= tau) w_o``."""
         return w + (1 - w) * (w_osc >= self.m.p_threshold) * w_osc
 
+    def clean_label(self, member: Classified, batch, clean: np.ndarray, k: int) -> torch.Tensor:
+        """The soft label of network ``k``'s clean-set pairs: Eq. 8 (``rectify="oscillation"``)
+        or NCR's co-rectified ``w + (1 - w) P(I, T)`` (``rectify="ncr"``)."""
+        w = self.posterior[1 - k][clean]
+        if self.m.rectify == "ncr":
+            w = torch.as_tensor(w, dtype=torch.float32, device=self.device)
+            return w + (1 - w) * self.predict(member, batch)
+        return torch.as_tensor(self.rectified(w, self.w_osc[1 - k][clean]),
+                               dtype=torch.float32, device=self.device)
+
     # -- loss ----------------------------------------------------------------------------------
 
     def classification(self, member: Classified, images: torch.Tensor,
@@ -190,9 +208,7 @@ class PseudoClassify(CoDivide):
             batch = features.batch(clean, device)
             images = member.encode_images(*batch.images)
             texts = member.encode_texts(*batch.texts)
-            label = torch.as_tensor(self.rectified(self.posterior[1 - k][clean],
-                                                   self.w_osc[1 - k][clean]),
-                                    dtype=torch.float32, device=device)
+            label = self.clean_label(member, batch, clean, k)
             mask = negative_mask(batch.image_group, batch.text_group)
             total = total + self.robust_loss(images @ texts.T, mask, label).sum() + \
                 self.classification(member, images, texts)
@@ -258,6 +274,7 @@ class PC2(GMM):
     lambda_noisy: float = 1.0
     pseudo_threshold: float = 0.5
     balanced_labels: bool = True
+    rectify: str = "oscillation"
 
     def _model(self, ensemble: Ensemble, features: Features, context: Context) -> nn.Module:
         k = n_classes_for(len(features.image_data), self.n_classes)
@@ -276,6 +293,8 @@ class PC2(GMM):
 
     def _objective(self, features: Features, warmup: int, epochs: int,
                    context: Context) -> PseudoClassify:
+        if self.rectify not in RECTIFY:
+            raise BadOptionError(f"rectify must be one of {RECTIFY}, got {self.rectify!r}")
         return PseudoClassify(features, self, warmup, epochs, context.device, context.seed)
 
     def _finish(self, result: MethodResult, objective: PseudoClassify,

@@ -95,3 +95,17 @@ def test_model_wraps_matchers_and_returns_them_plain():
     assert all(isinstance(m, Classified) for m in model.members)
     plain = method._matcher(model)
     assert plain.members[0] is ensemble.members[0]
+
+
+def test_ncr_rectification_trains_and_finds_noise():
+    features, config, truth = tiny_features(n_images=60, captions_per_image=3, noise=0.4)
+    result = PC2(warmup_epochs=6, epochs=6, batch_size=32, lr=5e-4, rectify="ncr").fit(
+        features, Context(seed=0, matcher_config=config))
+    assert detection_metrics(truth[features.rows], result.clean_prob).auroc > 0.75
+
+
+def test_unknown_rectification_is_a_bad_option():
+    from ncclean.errors import BadOptionError
+
+    with pytest.raises(BadOptionError, match="rectify"):
+        check_method(PC2(**SMALL, rectify="both"))
