@@ -260,8 +260,9 @@ class PC2(GMM):
     :class:`~ncclean.methods.gmm.GMM`); ``soft_margin_base`` is PC²'s curve ``m`` (10) and
     ``p_threshold`` its ``tau`` for both mixtures. PC²'s own: ``n_classes`` (K, see the module
     docstring for the rule when unset), loss weights ``lambda_pse`` 1, ``lambda_ent`` 10,
-    ``lambda_noisy`` 1, ``pseudo_threshold`` 0.5 (no supervision below that ``S^p``) and
-    ``balanced_labels`` (ours, see the module docstring)."""
+    ``lambda_noisy`` 1, ``pseudo_threshold`` 0.5 (no supervision below that ``S^p``);
+    ``balanced_labels`` and ``rectify`` (``oscillation``, Eq. 8, or ``ncr``) are ours, see the
+    module docstring."""
 
     name: ClassVar[str] = "pc2"
     summary: ClassVar[str] = ("PC2 (ACM MM 2024): NCR's division plus pseudo-classes, in-batch "
