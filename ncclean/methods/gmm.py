@@ -186,14 +186,21 @@ class CoDivide(Objective):
         for k, (clean, noisy) in enumerate(parts):
             member, other = model.members[k], model.members[1 - k]
             batch = features.batch(clean, device)
-            w = torch.as_tensor(self.posterior[1 - k][clean], dtype=torch.float32, device=device)
-            label = w + (1 - w) * self.predict(member, batch)
+            label = self.clean_label(member, batch, clean, k)
             total = total + self.soft_loss(member, batch, label).sum()
             if self.use_noisy(epoch) and len(noisy):
                 batch = features.batch(noisy, device)
                 label = (self.predict(member, batch) + self.predict(other, batch)) / 2
                 total = total + self.soft_loss(member, batch, label).sum()
         return total
+
+    def clean_label(self, member: torch.nn.Module, batch: Batch, clean: np.ndarray,
+                    k: int) -> torch.Tensor:
+        """NCR's co-rectified label of network ``k``'s clean-set pairs, ``w + (1 - w) P(I, T)``
+        with ``w`` the other network's clean posterior."""
+        w = torch.as_tensor(self.posterior[1 - k][clean], dtype=torch.float32,
+                            device=self.device)
+        return w + (1 - w) * self.predict(member, batch)
 
     def use_noisy(self, epoch: int) -> bool:
         """Whether the noisy pairs join the loss in co-training epoch ``epoch``."""

@@ -164,13 +164,11 @@ class PseudoClassify(CoDivide):
         return w + (1 - w) * (w_osc >= self.m.p_threshold) * w_osc
 
     def clean_label(self, member: Classified, batch, clean: np.ndarray, k: int) -> torch.Tensor:
-        """The soft label of network ``k``'s clean-set pairs: Eq. 8 (``rectify="oscillation"``)
-        or NCR's co-rectified ``w + (1 - w) P(I, T)`` (``rectify="ncr"``)."""
-        w = self.posterior[1 - k][clean]
+        """Eq. 8's label of network ``k``'s clean-set pairs, or NCR's with ``rectify="ncr"``."""
         if self.m.rectify == "ncr":
-            w = torch.as_tensor(w, dtype=torch.float32, device=self.device)
-            return w + (1 - w) * self.predict(member, batch)
-        return torch.as_tensor(self.rectified(w, self.w_osc[1 - k][clean]),
+            return super().clean_label(member, batch, clean, k)
+        return torch.as_tensor(self.rectified(self.posterior[1 - k][clean],
+                                              self.w_osc[1 - k][clean]),
                                dtype=torch.float32, device=self.device)
 
     # -- loss ----------------------------------------------------------------------------------
