@@ -137,24 +137,20 @@ class ClipEncoder:
 
     def images(self, prepared: list) -> np.ndarray:
         """``(n, dim) float32`` unit vectors of prepared image tensors."""
-        torch = self._torch
-        out = np.empty((len(prepared), self.dim), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(prepared), _CHUNK):
-                batch = torch.stack(prepared[start:start + _CHUNK]).to(self.device)
-                vectors = self.model.encode_image(batch, normalize=True)
-                out[start:start + len(batch)] = vectors.float().cpu().numpy()
-        return out
+        return self._encode(prepared, self._torch.stack, self.model.encode_image)
 
     def texts(self, captions: list[str]) -> np.ndarray:
         """``(n, dim) float32`` unit vectors of captions (truncated to the context length)."""
-        torch = self._torch
-        out = np.empty((len(captions), self.dim), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(captions), _CHUNK):
-                tokens = self.tokenizer(captions[start:start + _CHUNK]).to(self.device)
-                vectors = self.model.encode_text(tokens, normalize=True)
-                out[start:start + len(tokens)] = vectors.float().cpu().numpy()
+        return self._encode(captions, self.tokenizer, self.model.encode_text)
+
+    def _encode(self, items: list, to_batch, encode) -> np.ndarray:
+        """``encode(to_batch(chunk), normalize=True)`` over chunks of ``items``, ``(n, dim)``."""
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        with self._torch.inference_mode():
+            for start in range(0, len(items), _CHUNK):
+                batch = to_batch(items[start:start + _CHUNK]).to(self.device)
+                out[start:start + len(batch)] = \
+                    encode(batch, normalize=True).float().cpu().numpy()
         return out
 
 
