@@ -33,11 +33,6 @@ Where this follows the authors' code rather than the paper, or departs from both
 - Epoch counts scale with the corpus (:func:`schedule`): the paper's 5 + 40 epochs on F30K are
   45,000 optimiser steps, which a CPU cannot afford, and on small corpora the matcher memorises
   the noise long before that.
-- ``crossfit=True`` (not the paper; off by default) splits the pairs into two seeded halves: each
-  network trains only on its own half and divides only the other's, so every pair is judged by a
-  network that never trained on it. A noisy pair that once slipped into the clean set can then
-  not be memorised into staying there. Each network keeps the optimiser steps of the default
-  (the epoch rule counts half the pairs). ``benchmarks/RESULTS.md`` has the measurement.
 """
 
 from __future__ import annotations
@@ -128,7 +123,6 @@ class CoDivide(Objective):
         self.fits: list[MixtureFit | None] = [None, None]
         self.posterior_sum = np.zeros(features.n_pairs)
         self.divisions = 0
-        self.fold = crossfit_folds(features.n_pairs, seed) if method.crossfit else None
 
     # -- division -----------------------------------------------------------------------------
 
@@ -141,15 +135,9 @@ class CoDivide(Objective):
             self.losses[k] = pair_losses(
                 embeddings, self.features, margin=self.m.margin, negatives=self.m.negatives,
                 pool_size=self.m.pool_size, batch_size=self.m.batch_size, seed=self.seed)
-            judged = np.ones(self.features.n_pairs, bool) if self.fold is None else self.fold != k
-            self.posterior[k][judged], self.fits[k] = fit_clean_posterior(
-                self.losses[k][judged], "low", seed=self.seed)
+            self.posterior[k], self.fits[k] = fit_clean_posterior(self.losses[k], "low",
+                                                                  seed=self.seed)
             del embeddings  # or the next network's embeddings are made while these live: +2 GB
-        if self.fold is not None:  # both rows become the held-out judgement of every pair
-            for k in (0, 1):
-                own = self.fold == k
-                self.posterior[k][own] = self.posterior[1 - k][own]
-                self.losses[k][own] = self.losses[1 - k][own]
 
     def observe(self, k: int, member: torch.nn.Module, embeddings) -> None:  # noqa: B027
         """Hook: network ``k``'s embeddings of every image and caption at a division."""
@@ -167,19 +155,18 @@ class CoDivide(Objective):
 
     def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
         n, b = self.features.n_pairs, self.m.batch_size
-        own = [np.ones(n, bool) if self.fold is None else self.fold == k for k in (0, 1)]
         if epoch < self.warmup:
-            count = max(math.ceil(mine.sum() / b) for mine in own)
-            yield from (("warm-up", pair) for pair in
-                        zip(*(_batches(np.flatnonzero(mine), b, rng, count) for mine in own)))
+            count = math.ceil(n / b)
+            everyone = np.arange(n)
+            for pair in zip(_batches(everyone, b, rng, count), _batches(everyone, b, rng, count)):
+                yield "warm-up", pair
             return
         # Network k trains on the division of the other network (co-divide).
-        splits = [clean_split(self.posterior[1 - k], self.m.p_threshold) & own[k]
-                  for k in (0, 1)]
+        splits = [clean_split(self.posterior[1 - k], self.m.p_threshold) for k in (0, 1)]
         count = max(1, max(math.ceil(split.sum() / b) for split in splits))
         streams = []
-        for split, mine in zip(splits, own):
-            clean, noisy = np.flatnonzero(split), np.flatnonzero(mine & ~split)
+        for split in splits:
+            clean, noisy = np.flatnonzero(split), np.flatnonzero(~split)
             streams.append(zip(_batches(clean, b, rng, count), _batches(noisy, b, rng, count)))
         yield from (("co-training", pair) for pair in zip(*streams))
 
@@ -267,8 +254,7 @@ class GMM(Method):
     soft-margin base 10, Adam 2e-4, batch 128, clip 2.0, threshold 0.5) except ``robust_loss``
     (see the module docstring); epochs follow :func:`schedule`. ``final="mean"`` averages each
     pair's clean posterior over the co-training epochs instead of taking the last division's;
-    ``negatives`` chooses the fixed negatives of the division loss (``pool`` or ``batches``);
-    ``crossfit`` judges every pair by the network that did not train on it (module docstring)."""
+    ``negatives`` chooses the fixed negatives of the division loss (``pool`` or ``batches``)."""
 
     name: ClassVar[str] = "gmm"
     summary: ClassVar[str] = ("NCR (NeurIPS 2021): GMM on per-pair losses of two co-teaching "
@@ -288,7 +274,6 @@ class GMM(Method):
     pool_size: int = 1024
     final: str = "mean"
     robust_loss: str = "mean"
-    crossfit: bool = False
 
     def _objective(self, features: Features, warmup: int, epochs: int,
                    context: Context) -> CoDivide:
@@ -297,8 +282,8 @@ class GMM(Method):
     def fit(self, features: Features, context: Context) -> MethodResult:
         if self.final not in ("last", "mean"):
             raise ValueError(f"final must be 'last' or 'mean', got {self.final!r}")
-        per_network = features.n_pairs // 2 if self.crossfit else features.n_pairs
-        warmup, epochs = schedule(per_network, self.batch_size, self.warmup_epochs, self.epochs)
+        warmup, epochs = schedule(features.n_pairs, self.batch_size, self.warmup_epochs,
+                                  self.epochs)
         if context.initial is not None:  # a loaded matcher: start both networks from it
             members = list(context.initial.members)
             model = Ensemble([members[0], members[-1] if len(members) > 1 else
@@ -362,13 +347,6 @@ class GMM(Method):
                               for p in margin_over_negatives], axis=0)
         clean = clean_split(clean_prob, self.p_threshold)
         return np.where(clean, clean_prob + (1 - clean_prob) * prediction, prediction)
-
-
-def crossfit_folds(n_pairs: int, seed: int) -> np.ndarray:
-    """``(n,) int``: each pair's half (0 or 1) for ``crossfit``, a seeded even split."""
-    fold = np.zeros(n_pairs, dtype=np.int64)
-    fold[np.random.default_rng([seed, 2]).permutation(n_pairs)[n_pairs // 2:]] = 1
-    return fold
 
 
 def _copy(module: torch.nn.Module) -> torch.nn.Module:

@@ -38,21 +38,3 @@ def test_final_mean_averages_the_divisions():
     mean = GMM(**SMALL).fit(features, Context(seed=1, matcher_config=config))
     assert not np.array_equal(last.clean_prob, mean.clean_prob)
     assert np.array_equal(last.columns["gmm_loss"], mean.columns["gmm_loss"])
-
-
-def test_crossfit_trains_each_network_on_its_half_and_judges_the_other():
-    features, config, truth = tiny_features(n_images=60, captions_per_image=3, noise=0.4)
-    method = GMM(warmup_epochs=6, epochs=6, batch_size=32, lr=5e-4, crossfit=True)
-    objective = method._objective(features, 6, 6, Context(seed=0, matcher_config=config))
-    fold = objective.fold
-    assert abs(int(fold.sum()) - features.n_pairs // 2) <= 1
-    rng = np.random.default_rng(0)
-    for epoch in (0, 6):  # a warm-up epoch, then a co-training one
-        for _, parts in objective.steps(epoch, rng):
-            for k, part in enumerate(parts):
-                drawn = np.concatenate(part) if epoch else part
-                assert (fold[drawn] == k).all()
-
-    result = method.fit(features, Context(seed=0, matcher_config=config))
-    metrics = detection_metrics(truth[features.rows], result.clean_prob)
-    assert metrics.auroc > 0.75, metrics
