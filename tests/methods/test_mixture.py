@@ -46,3 +46,24 @@ def test_clean_split_and_its_one_percent_fallback():
     split = clean_split(prob)
     assert (~split).sum() == 3  # values up to index n // 100 = 2
     assert clean_split(np.array([0.2, 0.9, 0.5])).tolist() == [False, True, False]
+
+
+def test_posterior_never_ranks_a_lower_loss_as_less_clean(rng):
+    # A narrow clean component and a wide noisy one: with a variance each, the noisy component
+    # wins again at the lowest losses.
+    scores = np.concatenate([rng.normal(0.3, 0.02, 600), rng.normal(0.6, 0.15, 400),
+                             [0.0, 0.02, 0.05]])
+    raw, fit = fit_clean_posterior(scores, "low", monotone=False)
+    assert fit.clean_var < fit.noisy_var
+    assert raw[-3:].max() < raw[:600].max()  # the reversal the default removes
+    posterior, _ = fit_clean_posterior(scores, "low")
+    ordered = posterior[np.argsort(scores)]
+    assert np.all(np.diff(ordered) <= 0)
+    assert posterior[-3:].min() == pytest.approx(raw.max())
+    assert ((posterior > 0.5) == (raw > 0.5)).mean() > 0.99  # the split barely moves
+
+
+def test_monotone_posterior_for_similarities(rng):
+    sims = np.concatenate([rng.normal(0.7, 0.02, 600), rng.normal(0.4, 0.15, 400), [1.0, 0.98]])
+    posterior, _ = fit_clean_posterior(sims, "high")
+    assert np.all(np.diff(posterior[np.argsort(-sims)]) <= 0)
