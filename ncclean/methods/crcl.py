@@ -38,6 +38,8 @@ Where this departs from both, on purpose:
   monotone in the label, so it ranks pairs as the labels do. With separate variances (the
   reference mixture) the wide component wins again at the extremes; measured on a 100-image
   synthetic corpus at 50% noise, AUROC 0.823 against the labels' 0.860 (0.860 with ``tied``).
+  That was before the shared mixture's posterior was made monotone, which now flattens that
+  reversal with either covariance.
 """
 
 from __future__ import annotations
