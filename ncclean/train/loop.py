@@ -79,9 +79,16 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
 
 def _clip_groups(model: nn.Module) -> list[list[nn.Parameter]]:
     """Gradient clipping applies per network: each member of an ensemble (NCR's A and B) is
-    clipped on its own, as when each has its own optimiser."""
+    clipped on its own, as when each has its own optimiser. A member with a ``clip_groups()``
+    method names its own groups (pc2's detached classifier head is clipped apart from its
+    matcher)."""
     members: Sequence[nn.Module] = getattr(model, "members", None) or [model]
-    return [[p for p in member.parameters() if p.requires_grad] for member in members]
+    groups = []
+    for member in members:
+        split = getattr(member, "clip_groups", None)
+        for params in split() if callable(split) else [member.parameters()]:
+            groups.append([p for p in params if p.requires_grad])
+    return groups
 
 
 def train(model: nn.Module, objective: Objective, config: TrainConfig,

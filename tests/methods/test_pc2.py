@@ -109,3 +109,28 @@ def test_unknown_rectification_is_a_bad_option():
 
     with pytest.raises(BadOptionError, match="rectify"):
         check_method(PC2(**SMALL, rectify="both"))
+
+
+@pytest.mark.parametrize("head_gradient", [True, False])
+def test_head_gradient_decides_whether_classification_trains_the_embeddings(head_gradient):
+    features, config, _ = tiny_features(n_images=8)
+    member = Classified(build_matcher(config, seed=0), n_classes=4)
+    objective = PseudoClassify(features, PC2(head_gradient=head_gradient), 1, 1, "cpu", 0)
+    images = torch.randn(16, 64, requires_grad=True)
+    texts = torch.randn(16, 64, requires_grad=True)
+    objective.classification(member, images, texts).backward()
+    assert all(p.grad is not None for p in member.head.parameters())  # the head always learns
+    assert (images.grad is not None) == head_gradient
+    assert texts.grad is None  # the caption's class is a label: never a gradient
+
+
+def test_a_detached_head_is_clipped_apart_from_its_matcher():
+    from ncclean.train.loop import _clip_groups
+
+    features, config, _ = tiny_features(n_images=8)
+    for clip_apart, expected in ((False, 2), (True, 4)):
+        ensemble = Ensemble([Classified(build_matcher(config, k), 4, clip_apart=clip_apart)
+                             for k in range(2)])
+        groups = _clip_groups(ensemble)
+        assert len(groups) == expected
+        assert sum(len(g) for g in groups) == len(list(ensemble.parameters()))
