@@ -52,7 +52,7 @@ Where this follows the authors' code or departs from both:
   stop-gradient in ``L_pse`` and ``L_ent``: the classifier learns on the matcher's embeddings
   without shaping them (and is clipped apart from the matcher), so until the pseudo-captions
   start the matcher trains as NCR's. The paper trains both together. On clip art it is worth
-  +0.001 to +0.002 AUROC at 50% noise, nothing at 80%, and the pseudo-captions are as good
+  +0.001 AUROC at 50% noise (below gmm still), nothing at 80%, and the pseudo-captions are as good
   (``benchmarks/RESULTS.md``, "pc2 with a detached classifier").
 - The final pseudo-captions (the pseudo-caption stage) are searched over the whole corpus in the
   same class-probability space, averaging the two networks' cosines, with ``S^p >= 0.5``.
