@@ -73,7 +73,7 @@ def test_zero_label_pairs_get_no_active_gradient():
 def test_label_updates_paper_and_code():
     features, _, _ = tiny_features(n_images=4)
     n = features.n_pairs
-    paper = SelfRefine(features, CRCL(update="epoch"), (4, 4), 2, "cpu")
+    paper = SelfRefine(features, CRCL(update="epoch", target="p"), (4, 4), 2, "cpu")
     paper.p_now = np.full(n, 0.5)
     paper.begin_epoch(None, 1)  # frozen
     assert (paper.labels == 1).all()
@@ -101,9 +101,35 @@ def test_posterior_target_moves_labels_towards_the_mixtures_clean_posterior():
     objective.p_now = p_hat.copy()
     objective.begin_epoch(None, 2)  # piece 1's first free epoch: the target itself
     assert objective.labels[clean].min() > 0.9 > 0.1 > objective.labels[~clean].max()
-    plain = SelfRefine(features, CRCL(), (4, 4), 2, "cpu")
+    plain = SelfRefine(features, CRCL(target="p"), (4, 4), 2, "cpu")
     plain.p_now = p_hat.copy()
     plain.begin_epoch(None, 2)
     assert (plain.labels < 0.1).all()  # the paper's target: every label under epsilon
     with pytest.raises(BadOptionError):
         CRCL(target="posterior", update="batch").fit(features, Context())
+
+
+def test_rank_target_is_the_percentile_of_p_hat_whatever_its_scale():
+    features, _, _ = tiny_features(n_images=20)
+    n = features.n_pairs
+    p_hat = np.random.default_rng(1).random(n) * 0.02  # every pair near chance
+    p_hat[:2] = p_hat[2]  # a tie shares its mean rank
+    objective = SelfRefine(features, CRCL(target="rank"), (4, 4), 2, "cpu")
+    objective.p_now = p_hat.copy()
+    objective.begin_epoch(None, 2)
+    order = np.argsort(p_hat, kind="stable")
+    assert objective.labels.min() == 0.0 and objective.labels.max() == 1.0
+    assert (np.diff(objective.labels[order]) >= 0).all()
+    assert objective.labels[0] == objective.labels[1] == objective.labels[2]
+    assert np.isclose(np.sort(objective.labels).sum(), n / 2)  # uniform over [0, 1]
+    with pytest.raises(BadOptionError):
+        CRCL(target="rank", update="batch").fit(features, Context())
+
+
+def test_default_target_is_the_rank_except_with_the_codes_per_batch_update():
+    assert CRCL().label_target == "rank"
+    assert CRCL(update="batch").label_target == "p"
+    assert CRCL(target="p").label_target == "p"
+    features, _, _ = tiny_features(n_images=4)
+    with pytest.raises(BadOptionError):
+        CRCL(update="sometimes").fit(features, Context())
