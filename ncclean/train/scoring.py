@@ -110,17 +110,33 @@ def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0
     if negatives not in NEGATIVES:
         raise ValueError(f"negatives must be one of {NEGATIVES}, got {negatives!r}")
     rng = np.random.default_rng([seed, 7919])
-    n = features.n_pairs
-    images = torch.from_numpy(embeddings.images)
-    texts = torch.from_numpy(embeddings.texts)
-    image_group = torch.from_numpy(features.image_group)
-    text_group = torch.from_numpy(features.text_group)
-    out = np.empty(n, dtype=np.float32)
+    out = np.empty(features.n_pairs, dtype=np.float32)
     if negatives == "batches":
         for pairs, sims, mask in fixed_batches(embeddings, features, batch_size, rng):
             out[pairs] = mean_hinge(sims, mask, margin).numpy()
         return out
 
+    for rows, img, txt, positive, mask, pool_images, pool_texts in pool_blocks(
+            embeddings, features, pool_size, rng):
+        count = mask.sum(dim=1).clamp(min=1)
+        image_to_text = ((margin - positive + img @ pool_texts.T).clamp(min=0) * mask).sum(1)
+        text_to_image = ((margin - positive + txt @ pool_images.T).clamp(min=0) * mask).sum(1)
+        out[rows.numpy()] = ((image_to_text + text_to_image) / count).numpy()
+    return out
+
+
+def pool_blocks(embeddings: Embeddings, features: Features, pool_size: int,
+                rng: np.random.Generator) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Every pair against one fixed pool of ``pool_size`` pairs drawn from ``rng``, in blocks:
+    ``(rows, images, texts, positive, mask, pool_images, pool_texts)`` with the block's pair
+    indices, their image and text vectors ``(b, d)``, their cosines ``(b, 1)``, the valid-negative
+    mask against the pool ``(b, pool)`` (the pair's own image or caption text masked) and the
+    pool's vectors."""
+    n = features.n_pairs
+    images = torch.from_numpy(embeddings.images)
+    texts = torch.from_numpy(embeddings.texts)
+    image_group = torch.from_numpy(features.image_group)
+    text_group = torch.from_numpy(features.text_group)
     pool = torch.from_numpy(np.sort(rng.choice(n, size=min(pool_size, n), replace=False)))
     pool_images, pool_texts = images[image_group[pool]].float(), texts[text_group[pool]].float()
     pool_image_group, pool_text_group = image_group[pool], text_group[pool]
@@ -130,8 +146,23 @@ def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0
         positive = (img * txt).sum(dim=1, keepdim=True)
         mask = (image_group[rows][:, None] != pool_image_group[None, :]) & \
             (text_group[rows][:, None] != pool_text_group[None, :])
-        count = mask.sum(dim=1).clamp(min=1)
-        image_to_text = ((margin - positive + img @ pool_texts.T).clamp(min=0) * mask).sum(1)
-        text_to_image = ((margin - positive + txt @ pool_images.T).clamp(min=0) * mask).sum(1)
-        out[start:start + len(rows)] = ((image_to_text + text_to_image) / count).numpy()
+        yield rows, img, txt, positive, mask, pool_images, pool_texts
+
+
+def pool_matching_probability(embeddings: Embeddings, features: Features, temperature: float,
+                              pool_size: int = 1024, seed: int = 0) -> np.ndarray:
+    """``(n_pairs,) float32``: each pair's matching probability against a fixed pool
+    (:func:`pool_blocks`), the mean of the image-to-text and text-to-image softmax probability of
+    the positive over the positive and the valid pool negatives at ``temperature``.
+    Deterministic."""
+    rng = np.random.default_rng([seed, 7919])
+    out = np.empty(features.n_pairs, dtype=np.float32)
+    for rows, img, txt, positive, mask, pool_images, pool_texts in pool_blocks(
+            embeddings, features, pool_size, rng):
+        total = torch.zeros(len(rows))
+        for sims in (img @ pool_texts.T, txt @ pool_images.T):
+            logits = torch.cat([positive, sims.masked_fill(~mask, float("-inf"))], dim=1)
+            total += torch.exp(positive[:, 0] / temperature
+                               - torch.logsumexp(logits / temperature, dim=1))
+        out[rows.numpy()] = (total / 2).numpy()
     return out

@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 import torch
 
+from ncclean.methods.crcl import matching_probabilities
 from ncclean.models.features import Features
 from ncclean.train.losses import mean_hinge, negative_mask
-from ncclean.train.scoring import Embeddings, pair_losses
+from ncclean.train.scoring import Embeddings, pair_losses, pool_matching_probability
 
 
 def random_setup(rng, n=40, n_images=30, n_texts=35, d=8):
@@ -27,6 +28,21 @@ def test_pool_of_everyone_equals_the_full_masked_mean_hinge(rng):
                          torch.from_numpy(features.text_group))
     expected = mean_hinge(img @ txt.T, mask).numpy()
     assert np.allclose(losses, expected, atol=1e-5)
+
+
+def test_pool_of_everyone_equals_the_full_masked_matching_probability(rng):
+    embeddings, features = random_setup(rng)
+    p_hat = pool_matching_probability(embeddings, features, 0.1, pool_size=10_000)
+    img = torch.from_numpy(embeddings.images[features.image_group])
+    txt = torch.from_numpy(embeddings.texts[features.text_group])
+    mask = negative_mask(torch.from_numpy(features.image_group),
+                         torch.from_numpy(features.text_group))
+    row, column = matching_probabilities(img @ txt.T, mask, 0.1)
+    assert np.allclose(p_hat, ((row.diagonal() + column.diagonal()) / 2).numpy(), atol=1e-5)
+    small = pool_matching_probability(embeddings, features, 0.1, pool_size=10, seed=3)
+    assert np.array_equal(small, pool_matching_probability(embeddings, features, 0.1,
+                                                           pool_size=10, seed=3))
+    assert ((small > 0) & (small <= 1)).all()
 
 
 def test_fixed_negatives_are_deterministic_and_seeded(rng):
