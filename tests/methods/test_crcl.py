@@ -15,11 +15,12 @@ from ncclean.methods.crcl import (
     pieces_for,
 )
 from ncclean.testing import check_method, tiny_features
+from ncclean.train.scoring import embed, pool_matching_probability
 
 
 def test_passes_the_conformance_suite():
     result = check_method(CRCL(pieces=(2, 2), freeze_epochs=1, batch_size=32))
-    assert set(result.columns) == {"crcl_label", "crcl_p", "crcl_sim"}
+    assert set(result.columns) == {"crcl_label", "crcl_p", "crcl_sim", "crcl_rank_mean"}
     assert result.report["pieces"] == [2, 2]
     assert ((result.columns["crcl_p"] > 0) & (result.columns["crcl_p"] <= 1)).all()
 
@@ -130,6 +131,52 @@ def test_default_target_is_the_rank_except_with_the_codes_per_batch_update():
     assert CRCL().label_target == "rank"
     assert CRCL(update="batch").label_target == "p"
     assert CRCL(target="p").label_target == "p"
+    assert CRCL().p_measure == "pool" and CRCL(update="batch").p_measure == "train"
     features, _, _ = tiny_features(n_images=4)
     with pytest.raises(BadOptionError):
         CRCL(update="sometimes").fit(features, Context())
+
+
+def test_pool_measure_reads_p_hat_from_the_eval_mode_matcher_against_a_fixed_pool():
+    features, config, _ = tiny_features(n_images=20)
+    context = Context(seed=0, matcher_config=config)
+    model = context.new_matcher()
+    method = CRCL(measure="pool", pool_size=16)
+    objective = SelfRefine(features, method, (4, 4), 2, "cpu")
+    objective.end_epoch(model, 0)  # frozen, and its p_hat is not read: nothing measured
+    assert np.isnan(objective.p_now).all()
+    objective.end_epoch(model, 1)  # read by the first free epoch's update
+    expected = pool_matching_probability(embed(model, features), features, 0.05, 16, 0)
+    assert np.allclose(objective.p_now, expected) and model.training
+    objective.p_now = np.full(features.n_pairs, np.nan)
+    objective.end_epoch(model, 3)  # the piece's last epoch: the next piece restarts
+    assert np.isnan(objective.p_now).all()
+    with pytest.raises(BadOptionError):
+        CRCL(measure="pool", update="batch").fit(features, context)
+    with pytest.raises(BadOptionError):
+        CRCL(measure="eval").fit(features, context)
+    result = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32, measure="pool"))
+    assert result.report["measure"] == "pool"
+
+
+def test_mean_rank_averages_each_updating_epochs_percentile_of_p_hat():
+    features, config, _ = tiny_features(n_images=20)
+    n = features.n_pairs
+    objective = SelfRefine(features, CRCL(), (5, 5), 2, "cpu")
+    assert objective.mean_rank() is None  # no update yet: the score falls back to the labels
+    rng = np.random.default_rng(2)
+    draws = []
+    for epoch in range(5):
+        objective.p_now = rng.random(n)
+        draws.append(objective.p_now.copy())
+        objective.begin_epoch(None, epoch)
+    updating = draws[2:]  # read by the updates of epochs 2, 3 and 4; epochs 0 and 1 frozen
+    expected = np.mean([np.argsort(np.argsort(p)) / (n - 1) for p in updating], axis=0)
+    assert np.allclose(objective.mean_rank(), expected)
+    restored = SelfRefine(features, CRCL(), (5, 5), 2, "cpu")
+    restored.load_state(objective.state())
+    assert np.array_equal(restored.mean_rank(), objective.mean_rank())
+    with pytest.raises(BadOptionError):
+        CRCL(score="final").fit(features, Context(matcher_config=config))
+    by_label = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32, score="label"))
+    assert by_label.report["score"] == "label"
