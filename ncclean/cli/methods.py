@@ -29,7 +29,9 @@ def methods(
         return
     cls = get_method(name)
     out.print(f"[bold]{name}[/bold]: {cls.summary}")
+    rules = getattr(cls, "default_rules", {})
     for field in dataclasses.fields(cls):
         default = field.default if field.default is not dataclasses.MISSING else "(required)"
-        shown = "rule for the corpus size" if default is None else repr(default)
+        shown = rules.get(field.name, "rule for the corpus size") if default is None \
+            else repr(default)
         out.print(f"  -p {field.name}=...   default {shown}")
