@@ -43,8 +43,8 @@ Where this departs from both, on purpose:
   (``measure="train"``, the paper and the code): those mix the states of the matcher over a
   whole epoch, dropout and a random batch of 127 negatives. Measured on clip art (retrain
   splits, seed 0, rank labels): AUROC 0.839 against 0.825 at 80% noise, 0.933 against 0.923 at
-  50%, 0.953 against 0.952 at 20%; the pool costs one embedding pass per updating epoch (about 4 s against a
-  17 s epoch there).
+  50%, 0.953 against 0.952 at 20%; the pool costs one embedding pass per updating epoch (about
+  4 s against a 17 s epoch there).
 - ``clean_prob`` ranks pairs by their percentile of ``p_hat`` averaged over every epoch that
   updated the labels (``score="mean-rank"``, the default; the column ``crcl_rank_mean``), not
   by the final labels (``score="label"``). The labels are an average over the last five epochs
