@@ -168,7 +168,7 @@ def test_console_script_exit_code_in_a_real_process(tmp_path):
 def test_methods_lists_parameters_and_what_decides_an_unset_default(capsys):
     code, out, _ = run(capsys, "methods", "crcl")
     assert code == 0
-    assert "-p measure=...   default 'pool' with update=epoch, 'train' with update=batch" in out
-    assert "-p score=...   default 'mean-rank'" in out
+    assert "-p target=...   default 'rank' with update=epoch, 'p' with update=batch" in out
+    assert "-p score=...   default 'label'" in out
     code, out, _ = run(capsys, "methods", "gmm")
     assert code == 0 and "-p warmup_epochs=...   default rule for the corpus size" in out

@@ -131,7 +131,7 @@ def test_default_target_is_the_rank_except_with_the_codes_per_batch_update():
     assert CRCL().label_target == "rank"
     assert CRCL(update="batch").label_target == "p"
     assert CRCL(target="p").label_target == "p"
-    assert CRCL().p_measure == "pool" and CRCL(update="batch").p_measure == "train"
+    assert CRCL().measure == "train" and CRCL().score == "label"
     features, _, _ = tiny_features(n_images=4)
     with pytest.raises(BadOptionError):
         CRCL(update="sometimes").fit(features, Context())
@@ -178,5 +178,6 @@ def test_mean_rank_averages_each_updating_epochs_percentile_of_p_hat():
     assert np.array_equal(restored.mean_rank(), objective.mean_rank())
     with pytest.raises(BadOptionError):
         CRCL(score="final").fit(features, Context(matcher_config=config))
-    by_label = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32, score="label"))
-    assert by_label.report["score"] == "label"
+    by_rank = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32,
+                                score="mean-rank"))
+    assert by_rank.report["score"] == "mean-rank"
