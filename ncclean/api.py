@@ -788,11 +788,34 @@ class RetrainSummary:
     seed: int
     keep: str
     pseudo_captions: bool
+    image_encoder: str
+    text_encoder: str
     arms: dict[str, dict]
     gap_recovered: float | None
 
     def as_dict(self) -> dict:
         return _as_dict(self)
+
+
+def _override_towers(config, image_encoder: str, text_encoder: str):
+    """``config`` (a scoring run's matcher) with the towers that are not ``auto`` replaced and
+    what the replaced towers had learned from the corpus (vocabulary, vector widths) dropped."""
+    from ncclean.errors import BadOptionError
+    from ncclean.models.matcher import IMAGE_TOWERS, TEXT_TOWERS
+
+    if image_encoder not in ("auto", *IMAGE_TOWERS) or text_encoder not in ("auto", *TEXT_TOWERS):
+        raise BadOptionError(f"encoders: image auto or one of {IMAGE_TOWERS}, text auto or one "
+                             f"of {TEXT_TOWERS}; got {image_encoder!r}, {text_encoder!r}")
+    if image_encoder not in ("auto", config.image_tower):
+        config.image_tower, config.image_in_dim = image_encoder, None
+    if text_encoder not in ("auto", config.text_tower):
+        config.text_tower, config.text_in_dim, config.vocab = text_encoder, None, None
+    if config.uses_clip and not (config.clip_pretrained or config.clip_checkpoint):
+        raise BadOptionError("the clip encoder needs CLIP weights, and the scoring run used none: "
+                             "score with --clip-pretrained or --clip-checkpoint")
+    if config.finetune == "full" and (config.image_tower, config.text_tower) != ("clip", "clip"):
+        config.finetune = "heads"
+    return config
 
 
 def retrain(
@@ -805,6 +828,8 @@ def retrain(
     columns: Columns = Columns(),
     steps: int = 1600,
     seed: int = 0,
+    image_encoder: str = "auto",
+    text_encoder: str = "auto",
     device: str = "auto",
     cache_dir: PathLike | bool | None = True,
     progress: Progress = no_progress,
@@ -812,7 +837,9 @@ def retrain(
     """Train a fresh plain matcher on what the scoring run of ``input`` kept and measure
     Recall@K on ``test`` (:mod:`ncclean.evaluate.retrain`); with ``baseline``, also on every
     valid pair and, when ``input`` has ``noisy_gt``, on the truly clean pairs. The matcher's
-    architecture and encoders are the scoring run's (from its sidecar)."""
+    architecture and encoders are the scoring run's (from its sidecar); ``image_encoder`` /
+    ``text_encoder`` other than ``auto`` replace a tower (e.g. score with ``e5`` captions and
+    retrain the GRU over words on what that run kept)."""
 
     import numpy as np
 
@@ -843,13 +870,13 @@ def retrain(
         raise SchemaError(f"{input} has no pseudo_caption_id column; score it with "
                           "pseudo-captions on")
     settings = scored.sidecar.get("matcher", {})
-    config = MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"})
+    config = _override_towers(
+        MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),
+        image_encoder, text_encoder)
     if config.image_tower == "column" and not columns.image_emb:
-        raise BadOptionError("the scoring run used precomputed image vectors: give "
-                             "--image-emb-col")
+        raise BadOptionError("the image encoder is precomputed vectors: give --image-emb-col")
     if config.text_tower == "column" and not columns.text_emb:
-        raise BadOptionError("the scoring run used precomputed caption vectors: give "
-                             "--text-emb-col")
+        raise BadOptionError("the text encoder is precomputed vectors: give --text-emb-col")
 
     size = config.image_size if config.image_tower == "pixels" else None
     corpus = read_corpus(input, columns, image_size=size, cache_dir=cache, progress=progress)
@@ -884,4 +911,5 @@ def retrain(
                        device, progress)
     return RetrainSummary(input=Path(input), test=Path(test), n_test=test_features.n_pairs,
                           steps=steps, seed=seed, keep=keep, pseudo_captions=pseudo_captions,
+                          image_encoder=config.image_tower, text_encoder=config.text_tower,
                           arms=results, gap_recovered=gap_recovered(results, arm.name))

@@ -138,7 +138,8 @@ def render_retrain(out, summary) -> None:
 
     kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
     table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
-                  f"each, seed {summary.seed}); test {summary.test} ({summary.n_test:,} pairs); "
+                  f"each, seed {summary.seed}; encoders {summary.image_encoder} + "
+                  f"{summary.text_encoder}); test {summary.test} ({summary.n_test:,} pairs); "
                   "Recall@K in %, strict", title_justify="left")
     table.add_column("arm", no_wrap=True)
     table.add_column("pairs", justify="right", no_wrap=True)

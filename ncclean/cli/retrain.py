@@ -28,6 +28,12 @@ def retrain(
     steps: Annotated[int, typer.Option(min=1, help="Optimiser steps of every arm.")] = 1600,
     seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same numbers.")]
     = 0,
+    image_encoder: Annotated[Literal["auto", "pixels", "column", "clip"], typer.Option(
+        help="auto: the scoring run's; pixels, column or clip replace it (as in 'score').")]
+    = "auto",
+    text_encoder: Annotated[Literal["auto", "tokens", "e5", "column", "clip"], typer.Option(
+        help="auto: the scoring run's; tokens, e5, column or clip replace it (as in 'score').")]
+    = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache of decoded images [default: ~/.cache/ncclean].", show_default=False)] = None,
@@ -49,6 +55,7 @@ def retrain(
     with progress_bars(not json_) as progress:
         summary = api.retrain(input, test, keep=keep, pseudo_captions=pseudo_captions,
                               baseline=baseline, columns=columns, steps=steps, seed=seed,
+                              image_encoder=image_encoder, text_encoder=text_encoder,
                               device=device, cache_dir=cache_dir or True, progress=progress)
     if json_:
         print_json(summary.as_dict())

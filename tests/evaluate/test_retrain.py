@@ -106,3 +106,29 @@ def test_pseudo_captions_replace_only_the_noisy_pairs_captions(monkeypatch):
     expected = features.text_group.copy()
     expected[-2:] = features.text_group[0]
     assert seen["text_group"].tolist() == expected.tolist()
+
+
+def test_encoders_default_to_the_scoring_runs_and_can_be_replaced(scored, monkeypatch):
+    import ncclean.evaluate.retrain as module
+
+    path, test = scored
+    seen = []
+    original = module.run_arms
+
+    def spy(features, test_features, arms, config, *args):
+        seen.append((config.text_tower, config.text_in_dim, config.vocab is not None,
+                     features.text_data.shape[1]))
+        return original(features, test_features, arms, config, *args)
+
+    monkeypatch.setattr("ncclean.evaluate.retrain.run_arms", spy)
+    cache = path.parent / "cache"
+    same = api.retrain(path, test, steps=2, cache_dir=cache)
+    swapped = api.retrain(path, test, steps=2, text_encoder="e5", cache_dir=cache)
+    assert (same.image_encoder, same.text_encoder) == ("pixels", "tokens")
+    assert (swapped.image_encoder, swapped.text_encoder) == ("pixels", "e5")
+    assert seen[0][0] == "tokens" and seen[0][2]
+    assert seen[1] == ("e5", 384, False, 384)  # the scoring run's vocabulary is dropped
+    with pytest.raises(BadOptionError, match="CLIP weights"):
+        api.retrain(path, test, image_encoder="clip")
+    with pytest.raises(BadOptionError, match="encoders"):
+        api.retrain(path, test, text_encoder="bert")
