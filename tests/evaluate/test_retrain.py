@@ -78,6 +78,8 @@ def test_cli_retrain_json_and_errors(scored, capsys):
     payload = json.loads(capsys.readouterr().out)
     assert payload["keep"] == "weighted" and list(payload["arms"]) == ["cleaned"]
     assert main(["retrain", str(path), "--test", str(test), "--keep", "most"]) == 2
+    assert main(["retrain", str(path), "--test", str(test), "--image-encoder", "clip"]) == 2
+    assert "needs CLIP weights" in capsys.readouterr().err
     assert main(["retrain", str(path.parent / "noisy.parquet"), "--test", str(test)]) == 2
     with pytest.raises(SchemaError, match="not a scored file"):
         api.retrain(path.parent / "noisy.parquet", test)
