@@ -273,6 +273,16 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def _require_columns(config, columns: Columns) -> None:
+    """A ``column`` tower reads its vectors from a named column: say so when none is named."""
+    from ncclean.errors import BadOptionError
+
+    if config.image_tower == "column" and not columns.image_emb:
+        raise BadOptionError("the column image encoder needs --image-emb-col")
+    if config.text_tower == "column" and not columns.text_emb:
+        raise BadOptionError("the column text encoder needs --text-emb-col")
+
+
 def _matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embed_dim: int,
                     image_size: int, load_matcher: PathLike | None, device: str,
                     clip: dict | None = None):
@@ -303,10 +313,7 @@ def _matcher_config(columns: Columns, image_encoder: str, text_encoder: str, emb
                                clip_pretrained=clip.get("pretrained"),
                                clip_checkpoint=str(clip["checkpoint"]) if clip.get("checkpoint")
                                else None)
-    if config.image_tower == "column" and not columns.image_emb:
-        raise BadOptionError("the column image encoder needs --image-emb-col")
-    if config.text_tower == "column" and not columns.text_emb:
-        raise BadOptionError("the column text encoder needs --text-emb-col")
+    _require_columns(config, columns)
     if clip.get("finetune", "heads") != "heads" and load_matcher is None:
         if clip["finetune"] != "full":
             raise BadOptionError(f"--finetune must be heads or full, got {clip['finetune']!r}")
@@ -873,10 +880,7 @@ def retrain(
     config = _override_towers(
         MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),
         image_encoder, text_encoder)
-    if config.image_tower == "column" and not columns.image_emb:
-        raise BadOptionError("the image encoder is precomputed vectors: give --image-emb-col")
-    if config.text_tower == "column" and not columns.text_emb:
-        raise BadOptionError("the text encoder is precomputed vectors: give --text-emb-col")
+    _require_columns(config, columns)
 
     size = config.image_size if config.image_tower == "pixels" else None
     corpus = read_corpus(input, columns, image_size=size, cache_dir=cache, progress=progress)
