@@ -834,6 +834,7 @@ def retrain(
     baseline: bool = False,
     columns: Columns = Columns(),
     steps: int = 1600,
+    eval_every: int = 0,
     seed: int = 0,
     image_encoder: str = "auto",
     text_encoder: str = "auto",
@@ -846,7 +847,8 @@ def retrain(
     valid pair and, when ``input`` has ``noisy_gt``, on the truly clean pairs. The matcher's
     architecture and encoders are the scoring run's (from its sidecar); ``image_encoder`` /
     ``text_encoder`` other than ``auto`` replace a tower (e.g. score with ``e5`` captions and
-    retrain the GRU over words on what that run kept)."""
+    retrain the GRU over words on what that run kept). With ``eval_every``, each arm also
+    reports its learning curve: test rSum every ``eval_every`` steps (at epoch ends)."""
 
     import numpy as np
 
@@ -870,6 +872,8 @@ def retrain(
         raise BadOptionError(f"--keep must be one of {', '.join(KEEPS)}, got {keep!r}")
     if steps < 1:
         raise BadOptionError(f"--steps must be at least 1, got {steps}")
+    if eval_every < 0:
+        raise BadOptionError(f"--eval-every must be 0 (off) or a number of steps, got {eval_every}")
     device = resolve_device(device)
     cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
     scored = open_scored(input)
@@ -911,8 +915,8 @@ def retrain(
         if scored.noisy_gt is not None:
             truth = scored.noisy_gt[rows]
             arms.append(Arm("oracle", np.flatnonzero(~truth), np.ones(int((~truth).sum()))))
-    results = run_arms(features, test_features, arms, config, RetrainConfig(steps=steps), seed,
-                       device, progress)
+    results = run_arms(features, test_features, arms, config,
+                       RetrainConfig(steps=steps, eval_every=eval_every), seed, device, progress)
     return RetrainSummary(input=Path(input), test=Path(test), n_test=test_features.n_pairs,
                           steps=steps, seed=seed, keep=keep, pseudo_captions=pseudo_captions,
                           image_encoder=config.image_tower, text_encoder=config.text_tower,

@@ -151,6 +151,10 @@ def render_retrain(out, summary) -> None:
             "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")),
             f"{result['by_text']['rsum']:.1f}")
     out.print(table)
+    for arm, result in summary.arms.items():
+        if result.get("curve"):
+            points = ", ".join(f"{p['step']:,}: {p['rsum']:.1f}" for p in result["curve"])
+            out.print(f"  {arm}: strict rSum by step: {points}")
     if summary.gap_recovered is not None:
         out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
                   "rSum gap")

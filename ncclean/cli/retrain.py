@@ -26,6 +26,9 @@ def retrain(
         "--baseline", help="Also train on every pair (the raw corpus) and, with noisy_gt, on "
         "the truly clean pairs (the oracle); same seed and number of steps.")] = False,
     steps: Annotated[int, typer.Option(min=1, help="Optimiser steps of every arm.")] = 1600,
+    eval_every: Annotated[int, typer.Option(
+        min=0, help="Also evaluate every N steps (at epoch ends) and report each arm's learning "
+        "curve; 0: off.")] = 0,
     seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same numbers.")]
     = 0,
     image_encoder: Annotated[Literal["auto", "pixels", "column", "clip"], typer.Option(
@@ -54,7 +57,8 @@ def retrain(
                               text_emb_col)
     with progress_bars(not json_) as progress:
         summary = api.retrain(input, test, keep=keep, pseudo_captions=pseudo_captions,
-                              baseline=baseline, columns=columns, steps=steps, seed=seed,
+                              baseline=baseline, columns=columns, steps=steps,
+                              eval_every=eval_every, seed=seed,
                               image_encoder=image_encoder, text_encoder=text_encoder,
                               device=device, cache_dir=cache_dir or True, progress=progress)
     if json_:

@@ -12,6 +12,11 @@ and evaluates image-to-text and text-to-image Recall@K on a held-out test set:
 Every arm has the same architecture, seed and number of optimiser steps, so only the data
 differs. The loss is the symmetric InfoNCE (temperature 0.05) over in-batch negatives, with the
 same image or caption text masked out as everywhere here; AdamW at 2e-4, batch 128, clip 2.0.
+
+With ``eval_every`` an arm also records its learning curve: the test metrics at the first epoch
+end after every ``eval_every`` steps, and at the last step. Evaluating draws no random numbers,
+so the final metrics are the same with or without it, and the curve's point at step ``s`` is
+what ``steps = s`` would give (the learning rate is constant).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class RetrainConfig:
     lr: float = 2e-4
     temperature: float = 0.05
     grad_clip: float = 2.0
+    eval_every: int = 0  # 0: no learning curve
 
 
 @dataclass(frozen=True)
@@ -89,12 +95,14 @@ class Plain(Objective):
     stage = "retrain"
 
     def __init__(self, features: Features, weights: np.ndarray, config: RetrainConfig,
-                 device: str):
+                 device: str, test: Features | None = None):
         self.features = features
         self.weights = torch.as_tensor(weights, dtype=torch.float32)
         self.config = config
         self.device = device
         self.per_epoch = max(1, math.ceil(features.n_pairs / config.batch_size))
+        self.test = test
+        self.curve: list[dict[str, float]] = []
 
     def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
         left = self.config.steps - epoch * self.per_epoch
@@ -112,11 +120,25 @@ class Plain(Objective):
         weights = self.weights[step].to(self.device)
         return (weights * (i2t + t2i) / 2).sum() / weights.sum().clamp(min=1e-8)
 
+    def end_epoch(self, model, epoch: int) -> dict[str, float]:
+        every = self.config.eval_every
+        if not every or self.test is None:
+            return {}
+        done = min((epoch + 1) * self.per_epoch, self.config.steps)
+        before = min(epoch * self.per_epoch, self.config.steps)
+        if done // every == before // every and done != self.config.steps:
+            return {}
+        metrics = evaluate(model, self.test, self.device)
+        self.curve.append({"step": done, "rsum": metrics["strict"]["rsum"],
+                           "rsum_by_text": metrics["by_text"]["rsum"]})
+        return {"test_rsum": metrics["strict"]["rsum"]}
+
 
 def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
               config: RetrainConfig, seed: int, device: str = "cpu",
-              progress: Progress = no_progress):
-    """A fresh matcher (seeded as every other arm's) trained on the arm's pairs."""
+              progress: Progress = no_progress, test: Features | None = None):
+    """A fresh matcher (seeded as every other arm's) trained on the arm's pairs, and its
+    learning curve on ``test`` (empty unless ``config.eval_every``)."""
     subset = features.subset(arm.pairs)
     if arm.text_group is not None:  # -1: the pair keeps its own caption
         swapped = np.where(arm.text_group >= 0, arm.text_group, subset.text_group)
@@ -124,11 +146,11 @@ def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
                           text_group=swapped, image_data=subset.image_data,
                           text_data=subset.text_data, text_lengths=subset.text_lengths)
     matcher = build_matcher(matcher_config, seed=seed * 1009 + 77)
-    objective = Plain(subset, arm.weights, config, device)
+    objective = Plain(subset, arm.weights, config, device, test)
     epochs = math.ceil(config.steps / objective.per_epoch)
     train(matcher, objective, TrainConfig(epochs=epochs, lr=config.lr, grad_clip=config.grad_clip,
                                           seed=seed, device=device), progress)
-    return matcher.eval()
+    return matcher.eval(), objective.curve
 
 
 def evaluate(matcher, test: Features, device: str = "cpu") -> dict[str, dict[str, float]]:
@@ -144,13 +166,17 @@ def evaluate(matcher, test: Features, device: str = "cpu") -> dict[str, dict[str
 def run_arms(features: Features, test: Features, arms: list[Arm],
              matcher_config: MatcherConfig, config: RetrainConfig, seed: int,
              device: str = "cpu", progress: Progress = no_progress) -> dict[str, dict]:
-    """Train and evaluate every arm; per arm its size, metrics and seconds."""
+    """Train and evaluate every arm; per arm its size, metrics, seconds and, with
+    ``config.eval_every``, its learning curve."""
     out = {}
     for arm in arms:
         began = time.perf_counter()
-        matcher = train_arm(features, arm, matcher_config, config, seed, device, progress)
+        matcher, curve = train_arm(features, arm, matcher_config, config, seed, device, progress,
+                                   test)
         out[arm.name] = {"n_pairs": int(len(arm.pairs)), **evaluate(matcher, test, device),
                          "seconds": time.perf_counter() - began}
+        if config.eval_every:
+            out[arm.name]["curve"] = curve
     return out
 
 

@@ -71,6 +71,26 @@ def test_baseline_arms_and_reproducibility(scored):
     assert first.gap_recovered == again.gap_recovered
 
 
+def test_learning_curve_leaves_the_final_numbers_unchanged(scored, capsys):
+    path, test = scored
+    cache = path.parent / "cache"
+    plain = api.retrain(path, test, steps=9, cache_dir=cache)
+    curved = api.retrain(path, test, steps=9, eval_every=4, cache_dir=cache)
+    assert curved.arms["cleaned"]["strict"] == plain.arms["cleaned"]["strict"]
+    assert "curve" not in plain.arms["cleaned"]
+    curve = curved.arms["cleaned"]["curve"]
+    per_epoch = -(-curved.arms["cleaned"]["n_pairs"] // 128)  # one batch per epoch here
+    assert per_epoch == 1 and [point["step"] for point in curve] == [4, 8, 9]
+    assert curve[-1]["rsum"] == curved.arms["cleaned"]["strict"]["rsum"]
+    early = api.retrain(path, test, steps=4, cache_dir=cache)
+    assert curve[0]["rsum"] == early.arms["cleaned"]["strict"]["rsum"]
+    assert main(["retrain", str(path), "--test", str(test), "--steps", "3", "--eval-every",
+                 "2", "--cache-dir", str(cache)]) == 0
+    assert "strict rSum by step: 2:" in capsys.readouterr().out
+    with pytest.raises(BadOptionError):
+        api.retrain(path, test, eval_every=-1)
+
+
 def test_cli_retrain_json_and_errors(scored, capsys):
     path, test = scored
     assert main(["retrain", str(path), "--test", str(test), "--steps", "5", "--keep",
