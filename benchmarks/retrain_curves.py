@@ -26,7 +26,10 @@ def load_curves(paths: list[Path]) -> dict[str, list[tuple[int, float]]]:
         for arm, result in payload["arms"].items():
             if "curve" not in result:
                 raise SystemExit(f"{path}: arm {arm} has no curve; run retrain with --eval-every")
-            label = f"{path.stem}" if alone else f"{path.stem}:{arm}" if arm == "cleaned" else arm
+            if arm in ("noisy", "oracle"):
+                label = arm
+            else:
+                label = path.stem if alone else f"{path.stem}:{arm}"
             curves[label] = [(point["step"], point["rsum"]) for point in result["curve"]]
     return curves
 
