@@ -792,6 +792,7 @@ class RetrainSummary:
     test: Path
     n_test: int
     steps: int
+    schedule: str
     seed: int
     keep: str
     pseudo_captions: bool
@@ -835,6 +836,7 @@ def retrain(
     columns: Columns = Columns(),
     steps: int = 1600,
     eval_every: int = 0,
+    schedule: str = "constant",
     seed: int = 0,
     image_encoder: str = "auto",
     text_encoder: str = "auto",
@@ -848,7 +850,9 @@ def retrain(
     architecture and encoders are the scoring run's (from its sidecar); ``image_encoder`` /
     ``text_encoder`` other than ``auto`` replace a tower (e.g. score with ``e5`` captions and
     retrain the GRU over words on what that run kept). With ``eval_every``, each arm also
-    reports its learning curve: test rSum every ``eval_every`` steps (at epoch ends)."""
+    reports its learning curve: test rSum every ``eval_every`` steps (at epoch ends).
+    ``schedule``: the learning rate of every arm, ``constant`` or ``cosine`` (from 2e-4 down to 0
+    over the steps)."""
 
     import numpy as np
 
@@ -858,6 +862,7 @@ def retrain(
     from ncclean.errors import BadOptionError, SchemaError
     from ncclean.evaluate.retrain import (
         KEEPS,
+        SCHEDULES,
         Arm,
         RetrainConfig,
         cleaned_arm,
@@ -874,6 +879,8 @@ def retrain(
         raise BadOptionError(f"--steps must be at least 1, got {steps}")
     if eval_every < 0:
         raise BadOptionError(f"--eval-every must be 0 (off) or a number of steps, got {eval_every}")
+    if schedule not in SCHEDULES:
+        raise BadOptionError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     device = resolve_device(device)
     cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
     scored = open_scored(input)
@@ -915,9 +922,11 @@ def retrain(
         if scored.noisy_gt is not None:
             truth = scored.noisy_gt[rows]
             arms.append(Arm("oracle", np.flatnonzero(~truth), np.ones(int((~truth).sum()))))
-    results = run_arms(features, test_features, arms, config,
-                       RetrainConfig(steps=steps, eval_every=eval_every), seed, device, progress)
+    retrain_config = RetrainConfig(steps=steps, eval_every=eval_every, schedule=schedule)
+    results = run_arms(features, test_features, arms, config, retrain_config, seed, device,
+                       progress)
     return RetrainSummary(input=Path(input), test=Path(test), n_test=test_features.n_pairs,
-                          steps=steps, seed=seed, keep=keep, pseudo_captions=pseudo_captions,
+                          steps=steps, schedule=schedule, seed=seed, keep=keep,
+                          pseudo_captions=pseudo_captions,
                           image_encoder=config.image_tower, text_encoder=config.text_tower,
                           arms=results, gap_recovered=gap_recovered(results, arm.name))

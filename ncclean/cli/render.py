@@ -138,9 +138,9 @@ def render_retrain(out, summary) -> None:
 
     kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
     table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
-                  f"each, seed {summary.seed}; encoders {summary.image_encoder} + "
-                  f"{summary.text_encoder}); test {summary.test} ({summary.n_test:,} pairs); "
-                  "Recall@K in %, strict", title_justify="left")
+                  f"each, {summary.schedule} rate, seed {summary.seed}; encoders "
+                  f"{summary.image_encoder} + {summary.text_encoder}); test {summary.test} "
+                  f"({summary.n_test:,} pairs); Recall@K in %, strict", title_justify="left")
     table.add_column("arm", no_wrap=True)
     table.add_column("pairs", justify="right", no_wrap=True)
     for name in ("i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rSum", "rSum by text"):

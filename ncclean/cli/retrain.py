@@ -29,6 +29,9 @@ def retrain(
     eval_every: Annotated[int, typer.Option(
         min=0, help="Also evaluate every N steps (at epoch ends) and report each arm's learning "
         "curve; 0: off.")] = 0,
+    schedule: Annotated[Literal["constant", "cosine"], typer.Option(
+        help="Learning rate of every arm: constant, or a cosine decay to 0 over the steps.")]
+    = "constant",
     seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same numbers.")]
     = 0,
     image_encoder: Annotated[Literal["auto", "pixels", "column", "clip"], typer.Option(
@@ -58,7 +61,7 @@ def retrain(
     with progress_bars(not json_) as progress:
         summary = api.retrain(input, test, keep=keep, pseudo_captions=pseudo_captions,
                               baseline=baseline, columns=columns, steps=steps,
-                              eval_every=eval_every, seed=seed,
+                              eval_every=eval_every, schedule=schedule, seed=seed,
                               image_encoder=image_encoder, text_encoder=text_encoder,
                               device=device, cache_dir=cache_dir or True, progress=progress)
     if json_:

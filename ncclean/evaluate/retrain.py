@@ -39,6 +39,7 @@ from ncclean.train.losses import contrastive_ce, negative_mask
 from ncclean.train.scoring import embed
 
 KEEPS = ("clean", "clean+vague", "weighted")
+SCHEDULES = ("cosine", "constant")
 CLEAN = ("clean_significant", "clean_insignificant")
 
 
@@ -50,6 +51,7 @@ class RetrainConfig:
     temperature: float = 0.05
     grad_clip: float = 2.0
     eval_every: int = 0  # 0: no learning curve
+    schedule: str = "constant"  # or "cosine": the rate decays to 0 over the steps
 
 
 @dataclass(frozen=True)
@@ -148,8 +150,9 @@ def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
     matcher = build_matcher(matcher_config, seed=seed * 1009 + 77)
     objective = Plain(subset, arm.weights, config, device, test)
     epochs = math.ceil(config.steps / objective.per_epoch)
+    decay = config.steps if config.schedule == "cosine" else 0
     train(matcher, objective, TrainConfig(epochs=epochs, lr=config.lr, grad_clip=config.grad_clip,
-                                          seed=seed, device=device), progress)
+                                          decay_steps=decay, seed=seed, device=device), progress)
     return matcher.eval(), objective.curve
 
 

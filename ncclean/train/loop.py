@@ -2,9 +2,9 @@
 
 A method never writes a loop: it writes an :class:`Objective` (which batches to draw each epoch,
 the loss of one step, and its per-epoch bookkeeping such as re-fitting a mixture) and hands it to
-:func:`train` with the model. The loop owns the rest: the AdamW optimiser and its learning-rate
-drops, gradient clipping, seeding, the device, progress with the running loss, and per-epoch
-checkpoints that ``resume`` continues from.
+:func:`train` with the model. The loop owns the rest: the AdamW optimiser, its learning-rate
+drops and optional cosine decay, gradient clipping, seeding, the device, progress with the
+running loss, and per-epoch checkpoints that ``resume`` continues from.
 
 Randomness is derived from ``(seed, epoch)``: epoch ``k`` draws the same batches whether the run
 started at epoch 0 or resumed at ``k``, so a resumed run ends with the same weights.
@@ -13,6 +13,7 @@ started at epoch 0 or resumed at ``k``, so a resumed run ends with the same weig
 from __future__ import annotations
 
 import json
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -34,6 +35,7 @@ class TrainConfig:
     epochs: int
     lr: float = 2e-4
     lr_drop_epochs: tuple[int, ...] = ()  # the rate is multiplied by 0.1 from each of these on
+    decay_steps: int = 0  # > 0: the rate follows a cosine from lr to 0 over this many steps
     weight_decay: float = 0.0
     grad_clip: float = 2.0
     seed: int = 0
@@ -41,8 +43,13 @@ class TrainConfig:
     checkpoint_dir: Path | None = None
     resume: bool = False
 
-    def lr_at(self, epoch: int) -> float:
-        return self.lr * 0.1 ** sum(epoch >= drop for drop in self.lr_drop_epochs)
+    def lr_at(self, epoch: int, step: int = 0) -> float:
+        """The rate in ``epoch`` at optimiser step ``step`` (counted from the start of
+        training): the drops, times the cosine decay when ``decay_steps`` is set."""
+        rate = self.lr * 0.1 ** sum(epoch >= drop for drop in self.lr_drop_epochs)
+        if self.decay_steps:
+            rate *= 0.5 * (1 + math.cos(math.pi * min(step, self.decay_steps) / self.decay_steps))
+        return rate
 
 
 class Objective(ABC):
@@ -104,10 +111,11 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
         start, history = _load_checkpoint(config.checkpoint_dir, model, optimizer, objective)
 
     groups = _clip_groups(model)
+    step_count = sum(int(report["steps"]) for report in history)
     for epoch in range(start, config.epochs):
         began = time.perf_counter()
         for group in optimizer.param_groups:
-            group["lr"] = config.lr_at(epoch)
+            group["lr"] = config.lr_at(epoch, step_count)
         torch.manual_seed(config.seed * 100_003 + epoch)
         objective.begin_epoch(model, epoch)
         steps = list(objective.steps(epoch, epoch_rng(config.seed, epoch)))
@@ -123,7 +131,11 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
             if config.grad_clip:
                 for group in groups:
                     nn.utils.clip_grad_norm_(group, config.grad_clip)
+            if config.decay_steps:
+                for group in optimizer.param_groups:
+                    group["lr"] = config.lr_at(epoch, step_count)
             optimizer.step()
+            step_count += 1
             total += float(loss.detach())
             progress(label, done, len(steps), f"loss {total / done:.4f}")
         report = {"epoch": epoch, "loss": total / max(1, len(steps)), "steps": len(steps),

@@ -91,12 +91,26 @@ def test_learning_curve_leaves_the_final_numbers_unchanged(scored, capsys):
         api.retrain(path, test, eval_every=-1)
 
 
+def test_cosine_schedule_is_its_own_reproducible_run(scored):
+    path, test = scored
+    cache = path.parent / "cache"
+    constant = api.retrain(path, test, steps=6, cache_dir=cache)
+    cosine = api.retrain(path, test, steps=6, schedule="cosine", cache_dir=cache)
+    again = api.retrain(path, test, steps=6, schedule="cosine", cache_dir=cache)
+    assert cosine.schedule == "cosine" and constant.schedule == "constant"
+    assert cosine.arms["cleaned"]["strict"] == again.arms["cleaned"]["strict"]
+    assert cosine.arms["cleaned"]["strict"] != constant.arms["cleaned"]["strict"]
+    with pytest.raises(BadOptionError):
+        api.retrain(path, test, schedule="linear", cache_dir=cache)
+
+
 def test_cli_retrain_json_and_errors(scored, capsys):
     path, test = scored
     assert main(["retrain", str(path), "--test", str(test), "--steps", "5", "--keep",
                  "weighted", "--cache-dir", str(path.parent / "cache"), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["keep"] == "weighted" and list(payload["arms"]) == ["cleaned"]
+    assert payload["schedule"] == "constant"
     assert main(["retrain", str(path), "--test", str(test), "--keep", "most"]) == 2
     assert main(["retrain", str(path), "--test", str(test), "--image-encoder", "clip"]) == 2
     assert "needs CLIP weights" in capsys.readouterr().err

@@ -1,4 +1,7 @@
+import math
+
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -50,6 +53,23 @@ def test_loss_goes_down_and_reports_per_epoch():
 def test_learning_rate_drops():
     config = TrainConfig(epochs=5, lr=1.0, lr_drop_epochs=(2, 4))
     assert [config.lr_at(e) for e in range(5)] == [1.0, 1.0, 0.1, 0.1, 0.010000000000000002]
+
+
+def test_cosine_decay_goes_from_the_rate_to_zero_step_by_step(monkeypatch):
+    config = TrainConfig(epochs=2, lr=2.0, decay_steps=8, lr_drop_epochs=(1,))
+    assert config.lr_at(0, 0) == 2.0 and config.lr_at(0, 4) == pytest.approx(1.0)
+    assert config.lr_at(1, 4) == pytest.approx(0.1) and config.lr_at(1, 8) == 0.0
+    rates, original = [], torch.optim.AdamW.step
+
+    def step(self, *args, **kwargs):
+        rates.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    train(fresh_model(), Regression(), TrainConfig(epochs=2, lr=1.0, decay_steps=8))
+    assert len(rates) == 8 and rates[0] == 1.0  # 4 steps per epoch
+    assert rates == sorted(rates, reverse=True)
+    assert rates[-1] == pytest.approx(0.5 * (1 + math.cos(math.pi * 7 / 8)))
 
 
 def test_resume_ends_with_the_same_weights(tmp_path):
