@@ -18,8 +18,10 @@ from pathlib import Path
 
 def load_curves(paths: list[Path]) -> dict[str, list[tuple[int, float]]]:
     """``{label: [(step, strict rSum), ...]}``; an arm named ``cleaned`` in a file without
-    baseline arms is labelled by the file's name."""
+    baseline arms is labelled by the file's name. Only one file may hold the ``noisy`` and
+    ``oracle`` arms: the gaps of every other arm are measured against them (one seed per call)."""
     curves = {}
+    baseline_from = None
     for path in paths:
         payload = json.loads(path.read_text())
         alone = len(payload["arms"]) == 1
@@ -27,7 +29,10 @@ def load_curves(paths: list[Path]) -> dict[str, list[tuple[int, float]]]:
             if "curve" not in result:
                 raise SystemExit(f"{path}: arm {arm} has no curve; run retrain with --eval-every")
             if arm in ("noisy", "oracle"):
-                label = arm
+                if baseline_from not in (None, path):
+                    raise SystemExit(f"{path} and {baseline_from} both hold baseline arms; "
+                                     "summarise one seed (one --baseline file) at a time")
+                baseline_from, label = path, arm
             else:
                 label = path.stem if alone else f"{path.stem}:{arm}"
             curves[label] = [(point["step"], point["rsum"]) for point in result["curve"]]
