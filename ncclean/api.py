@@ -835,7 +835,7 @@ def retrain(
     baseline: bool = False,
     columns: Columns = Columns(),
     steps: int = 1600,
-    eval_every: int = 0,
+    eval_every: int | None = None,
     schedule: str = "constant",
     seed: int = 0,
     image_encoder: str = "auto",
@@ -849,8 +849,9 @@ def retrain(
     valid pair and, when ``input`` has ``noisy_gt``, on the truly clean pairs. The matcher's
     architecture and encoders are the scoring run's (from its sidecar); ``image_encoder`` /
     ``text_encoder`` other than ``auto`` replace a tower (e.g. score with ``e5`` captions and
-    retrain the GRU over words on what that run kept). With ``eval_every``, each arm also
-    reports its learning curve: test rSum every ``eval_every`` steps (at epoch ends).
+    retrain the GRU over words on what that run kept). Each arm also reports its learning curve:
+    test rSum every ``eval_every`` steps at epoch ends (``None``: every ``steps // 16``; 0: off)
+    and how fast it was still rising over the curve's second half (``late_slope``).
     ``schedule``: the learning rate of every arm, ``constant`` or ``cosine`` (from 2e-4 down to 0
     over the steps)."""
 
@@ -877,6 +878,8 @@ def retrain(
         raise BadOptionError(f"--keep must be one of {', '.join(KEEPS)}, got {keep!r}")
     if steps < 1:
         raise BadOptionError(f"--steps must be at least 1, got {steps}")
+    if eval_every is None:
+        eval_every = max(1, steps // 16)
     if eval_every < 0:
         raise BadOptionError(f"--eval-every must be 0 (off) or a number of steps, got {eval_every}")
     if schedule not in SCHEDULES:

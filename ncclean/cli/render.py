@@ -136,6 +136,8 @@ def render_retrain(out, summary) -> None:
     """The arms of ``ncclean retrain`` side by side: Recall@1/5/10 both ways and rSum."""
     from rich.table import Table
 
+    from ncclean.evaluate.retrain import RISING
+
     kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
     table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
                   f"each, {summary.schedule} rate, seed {summary.seed}; encoders "
@@ -155,6 +157,13 @@ def render_retrain(out, summary) -> None:
         if result.get("curve"):
             points = ", ".join(f"{p['step']:,}: {p['rsum']:.1f}" for p in result["curve"])
             out.print(f"  {arm}: strict rSum by step: {points}")
+    rising = {arm: result["late_slope"] for arm, result in summary.arms.items()
+              if (result.get("late_slope") or 0) >= RISING}
+    if rising:
+        slopes = ", ".join(f"{arm} +{slope:.1f}" for arm, slope in rising.items())
+        out.print(f"  [yellow]still improving at the last step[/] ({slopes} rSum per 1,000 steps "
+                  "over the second half): the arms have not levelled off, and the comparison may "
+                  "change with more --steps")
     if summary.gap_recovered is not None:
         out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
                   "rSum gap")

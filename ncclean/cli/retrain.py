@@ -26,9 +26,10 @@ def retrain(
         "--baseline", help="Also train on every pair (the raw corpus) and, with noisy_gt, on "
         "the truly clean pairs (the oracle); same seed and number of steps.")] = False,
     steps: Annotated[int, typer.Option(min=1, help="Optimiser steps of every arm.")] = 1600,
-    eval_every: Annotated[int, typer.Option(
-        min=0, help="Also evaluate every N steps (at epoch ends) and report each arm's learning "
-        "curve; 0: off.")] = 0,
+    eval_every: Annotated[int | None, typer.Option(
+        min=0, help="Evaluate every N steps (at epoch ends) for each arm's learning curve, and "
+        "warn when an arm is still improving at the end; 0: off.  [default: steps / 16]",
+        show_default=False)] = None,
     schedule: Annotated[Literal["constant", "cosine"], typer.Option(
         help="Learning rate of every arm: constant, or a cosine decay to 0 over the steps.")]
     = "constant",

@@ -1,6 +1,7 @@
 """``retrain``: arm selection, the step budget, and the command end to end on a tiny corpus."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +9,13 @@ import pytest
 from ncclean import api
 from ncclean.cli import main
 from ncclean.errors import BadOptionError, SchemaError
-from ncclean.evaluate.retrain import Plain, RetrainConfig, cleaned_arm, gap_recovered
+from ncclean.evaluate.retrain import (
+    Plain,
+    RetrainConfig,
+    cleaned_arm,
+    gap_recovered,
+    late_slope,
+)
 from ncclean.testing import tiny_features
 
 FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
@@ -36,6 +43,14 @@ def test_every_arm_gets_exactly_the_step_budget():
     assert counts == [4, 3, 0]
 
 
+def test_late_slope_reads_the_second_half_of_a_curve():
+    rising = [{"step": s, "rsum": 10 + s / 100} for s in range(100, 1700, 100)]
+    assert late_slope(rising) == pytest.approx(10.0)  # 10 rSum per 1,000 steps
+    flat = [{"step": s, "rsum": 5 * s / 100 if s <= 800 else 40.0} for s in range(100, 1700, 100)]
+    assert late_slope(flat) == pytest.approx(0.0, abs=1e-9)
+    assert late_slope(rising[:2]) is None and late_slope([]) is None
+
+
 def test_gap_recovered():
     arms = {"cleaned": {"strict": {"rsum": 150.0}}, "noisy": {"strict": {"rsum": 100.0}},
             "oracle": {"strict": {"rsum": 200.0}}}
@@ -61,6 +76,8 @@ def test_baseline_arms_and_reproducibility(scored):
     assert list(first.arms) == ["cleaned", "noisy", "oracle"]
     assert first.n_test == 24
     assert first.arms["noisy"]["n_pairs"] == 90 and first.arms["oracle"]["n_pairs"] < 90
+    assert len(first.arms["noisy"]["curve"]) == 12  # every 12 // 16 -> 1 step, 1 batch per epoch
+    assert "late_slope" in first.arms["oracle"]
     for result in first.arms.values():
         assert 0 <= result["strict"]["rsum"] <= 600
         assert result["by_text"]["rsum"] >= result["strict"]["rsum"]
@@ -74,7 +91,7 @@ def test_baseline_arms_and_reproducibility(scored):
 def test_learning_curve_leaves_the_final_numbers_unchanged(scored, capsys):
     path, test = scored
     cache = path.parent / "cache"
-    plain = api.retrain(path, test, steps=9, cache_dir=cache)
+    plain = api.retrain(path, test, steps=9, eval_every=0, cache_dir=cache)
     curved = api.retrain(path, test, steps=9, eval_every=4, cache_dir=cache)
     assert curved.arms["cleaned"]["strict"] == plain.arms["cleaned"]["strict"]
     assert "curve" not in plain.arms["cleaned"]
@@ -82,7 +99,7 @@ def test_learning_curve_leaves_the_final_numbers_unchanged(scored, capsys):
     per_epoch = -(-curved.arms["cleaned"]["n_pairs"] // 128)  # one batch per epoch here
     assert per_epoch == 1 and [point["step"] for point in curve] == [4, 8, 9]
     assert curve[-1]["rsum"] == curved.arms["cleaned"]["strict"]["rsum"]
-    early = api.retrain(path, test, steps=4, cache_dir=cache)
+    early = api.retrain(path, test, steps=4, eval_every=0, cache_dir=cache)
     assert curve[0]["rsum"] == early.arms["cleaned"]["strict"]["rsum"]
     assert main(["retrain", str(path), "--test", str(test), "--steps", "3", "--eval-every",
                  "2", "--cache-dir", str(cache)]) == 0
@@ -102,6 +119,32 @@ def test_cosine_schedule_is_its_own_reproducible_run(scored):
     assert cosine.arms["cleaned"]["strict"] != constant.arms["cleaned"]["strict"]
     with pytest.raises(BadOptionError):
         api.retrain(path, test, schedule="linear", cache_dir=cache)
+
+
+def test_rendering_warns_when_an_arm_is_still_improving():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from ncclean.api import RetrainSummary
+    from ncclean.cli.render import render_retrain
+
+    metrics = {k: 10.0 for k in ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10",
+                                 "rsum")}
+    arm = {"n_pairs": 5, "strict": metrics, "by_text": metrics, "curve": [], "late_slope": 1.0}
+
+    def printed(slope):
+        buffer = StringIO()
+        summary = RetrainSummary(
+            input=Path("in.parquet"), test=Path("test.parquet"), n_test=3, steps=10,
+            schedule="constant", seed=0, keep="clean", pseudo_captions=False,
+            image_encoder="pixels", text_encoder="tokens", gap_recovered=None,
+            arms={"cleaned": arm, "noisy": arm | {"late_slope": slope}})
+        render_retrain(Console(file=buffer, width=200), summary)
+        return buffer.getvalue()
+
+    assert "still improving" in printed(12.5) and "noisy +12.5" in printed(12.5)
+    assert "still improving" not in printed(2.0) and "still improving" not in printed(None)
 
 
 def test_cli_retrain_json_and_errors(scored, capsys):
