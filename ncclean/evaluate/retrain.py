@@ -22,7 +22,7 @@ whether an arm was still improving when it stopped: on clip art at 50% noise eve
 by under 5 over the second half of 3,200 (``benchmarks/RESULTS.md``), and a cleaned arm's
 advantage over the raw corpus shrank as they levelled off. ``schedule="cosine"`` decays the rate
 to 0 over the steps, which steadies the last readings but, at the same step budget, ends every
-arm lower.
+arm lower; its curve flattens as the rate falls, so a small late slope means less with it.
 """
 
 from __future__ import annotations
