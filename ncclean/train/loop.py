@@ -114,8 +114,6 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
     step_count = sum(int(report["steps"]) for report in history)
     for epoch in range(start, config.epochs):
         began = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = config.lr_at(epoch, step_count)
         torch.manual_seed(config.seed * 100_003 + epoch)
         objective.begin_epoch(model, epoch)
         steps = list(objective.steps(epoch, epoch_rng(config.seed, epoch)))
@@ -131,9 +129,8 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
             if config.grad_clip:
                 for group in groups:
                     nn.utils.clip_grad_norm_(group, config.grad_clip)
-            if config.decay_steps:
-                for group in optimizer.param_groups:
-                    group["lr"] = config.lr_at(epoch, step_count)
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr_at(epoch, step_count)
             optimizer.step()
             step_count += 1
             total += float(loss.detach())
