@@ -92,7 +92,7 @@ class TokenGRU(nn.Module):
         self.embed_dim = embed_dim
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        lengths = lengths.clamp(min=1)
+        lengths = lengths.clamp(min=1)  # on the CPU, as packing needs; the mask uses a copy
         tokens = tokens.clone()
         tokens[:, 0] = torch.where(tokens[:, 0] == 0, torch.ones_like(tokens[:, 0]), tokens[:, 0])
         words = self.dropout(self.embed(tokens))
@@ -101,9 +101,10 @@ class TokenGRU(nn.Module):
         output, _ = self.gru(packed)
         output, _ = pad_packed_sequence(output, batch_first=True, total_length=tokens.shape[1])
         output = (output[..., : self.embed_dim] + output[..., self.embed_dim:]) / 2
+        on_device = lengths.to(tokens.device)
         mask = (torch.arange(tokens.shape[1], device=tokens.device)[None, :]
-                < lengths[:, None]).unsqueeze(-1)
-        return (output * mask).sum(dim=1) / lengths[:, None].to(output.dtype)
+                < on_device[:, None]).unsqueeze(-1)
+        return (output * mask).sum(dim=1) / on_device[:, None].to(output.dtype)
 
 
 class VectorMLP(nn.Module):
