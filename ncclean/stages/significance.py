@@ -172,12 +172,14 @@ class Probe:
         with torch.no_grad():
             i2t_before, t2i_before = self._bank(pairs)
         batch = self.features.batch(pairs, self.device)
-        sims = probe.encode_images(*batch.images) @ probe.encode_texts(*batch.texts).T
-        i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group),
-                                  self.temperature)
-        loss = (weights * (i2t + t2i) / 2).mean()
-        probe.zero_grad(set_to_none=True)
-        loss.backward()
+        # cuDNN's GRU has no backward in eval mode; the native kernels do (same numbers)
+        with torch.backends.cudnn.flags(enabled=False):
+            sims = probe.encode_images(*batch.images) @ probe.encode_texts(*batch.texts).T
+            i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group),
+                                      self.temperature)
+            loss = (weights * (i2t + t2i) / 2).mean()
+            probe.zero_grad(set_to_none=True)
+            loss.backward()
         with torch.no_grad():
             for parameter in probe.parameters():
                 if parameter.grad is not None:
