@@ -37,3 +37,14 @@ def huge_png(width: int = 20000, height: int = 20000) -> bytes:
 def write_parquet(path: Path, columns: dict) -> Path:
     pq.write_table(pa.table(columns), path)
     return path
+
+
+def retrain_corpus(folder: Path) -> Path:
+    """A tiny corpus for scoring and retraining in ``folder``: ``noisy.parquet`` (30 images,
+    90 pairs, 40% noise injected) and a held-out ``test.parquet`` (12 images, 24 pairs)."""
+    from ncclean import api
+
+    api.synth(folder / "clean.parquet", n_images=30, captions_per_image=3, seed=0)
+    api.synth(folder / "test.parquet", n_images=12, captions_per_image=2, seed=9)
+    api.inject_noise(folder / "clean.parquet", folder / "noisy.parquet", ratio=0.4, seed=0)
+    return folder

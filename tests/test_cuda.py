@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ncclean import api
+from tests.helpers import retrain_corpus
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -22,11 +23,7 @@ PARAMS = {
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cuda")
-    api.synth(folder / "clean.parquet", n_images=30, captions_per_image=3, seed=0)
-    api.synth(folder / "test.parquet", n_images=12, captions_per_image=2, seed=9)
-    api.inject_noise(folder / "clean.parquet", folder / "noisy.parquet", ratio=0.4, seed=0)
-    return folder
+    return retrain_corpus(tmp_path_factory.mktemp("cuda"))
 
 
 def _score(corpus, method, name):

@@ -17,6 +17,7 @@ from ncclean.evaluate.retrain import (
     late_slope,
 )
 from ncclean.testing import tiny_features
+from tests.helpers import retrain_corpus
 
 FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
 
@@ -60,10 +61,7 @@ def test_gap_recovered():
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("retrain")
-    api.synth(folder / "clean.parquet", n_images=30, captions_per_image=3, seed=0)
-    api.synth(folder / "test.parquet", n_images=12, captions_per_image=2, seed=9)
-    api.inject_noise(folder / "clean.parquet", folder / "noisy.parquet", ratio=0.4, seed=0)
+    folder = retrain_corpus(tmp_path_factory.mktemp("retrain"))
     api.score(folder / "noisy.parquet", folder / "scored.parquet", params=FAST, embed_dim=32,
               image_size=32, cache_dir=folder / "cache", clean_above=0.5)
     return folder / "scored.parquet", folder / "test.parquet"
