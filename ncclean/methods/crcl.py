@@ -52,9 +52,9 @@ Where this departs from both, on purpose:
   retrained on the clean partition did worse at 80%: strict rSum 23.3 / 23.8 / 27.7 at seeds
   0-2 (pool alone 24.2 / 24.2) against 29.4 / 27.2 / 27.7, and at 20% the clean set keeps 194 of
   the 958 clean pairs with unique captions against 364. With both and seven pieces of 10 epochs
-  at 80% noise on a GPU, over five seeds: AUROC 0.857 against gmm's 0.849, retrained (3,200
-  steps) 25.7 against gmm's 27.5 and the default crcl's 26.6 (RESULTS.md, "crcl against gmm at
-  80% on a GPU").
+  at 80% noise on a GPU: AUROC 0.857 against gmm's 0.849 over five seeds; retrained (3,200
+  steps, three seeds) 25.7 against gmm's 27.5 and the default crcl's 26.6 (RESULTS.md, "crcl
+  against gmm at 80% on a GPU").
 - In-batch negatives with the pair's image or caption text are masked out of every softmax
   (another caption of the same picture, or a second "gramastar", is not a mismatch), as in every
   loss here.
