@@ -92,7 +92,7 @@ class TokenGRU(nn.Module):
         self.embed_dim = embed_dim
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        lengths = lengths.clamp(min=1)  # on the CPU, as packing needs; the mask uses a copy
+        lengths = lengths.clamp(min=1)  # packing reads them on the CPU, the mask on the device
         tokens = tokens.clone()
         tokens[:, 0] = torch.where(tokens[:, 0] == 0, torch.ones_like(tokens[:, 0]), tokens[:, 0])
         words = self.dropout(self.embed(tokens))

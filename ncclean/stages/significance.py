@@ -172,7 +172,7 @@ class Probe:
         with torch.no_grad():
             i2t_before, t2i_before = self._bank(pairs)
         batch = self.features.batch(pairs, self.device)
-        # cuDNN's GRU has no backward in eval mode; the native kernels do (same numbers)
+        # cuDNN's GRU has no backward in eval mode; the native kernels (slower) have one
         with torch.backends.cudnn.flags(enabled=False):
             sims = probe.encode_images(*batch.images) @ probe.encode_texts(*batch.texts).T
             i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group),
