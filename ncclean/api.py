@@ -843,6 +843,33 @@ def _override_towers(config, image_encoder: str, text_encoder: str):
     return config
 
 
+def _saved_matcher_arm(path: PathLike, test: PathLike, held_out, test_features, config,
+                       columns: Columns, cache: Path | None, device: str, progress: Progress
+                       ) -> dict:
+    """Recall@K on the test pairs of the matcher saved at ``path``, with features built for its
+    own configuration (its vocabulary, image size) unless the retrained arms' fit it."""
+    import time
+
+    from ncclean.data.corpus import read_corpus
+    from ncclean.evaluate.retrain import evaluate
+    from ncclean.models.checkpoint import load_matcher, read_meta
+    from ncclean.models.features import build_features
+
+    began = time.perf_counter()
+    saved = load_matcher(path, device)
+    own = saved.config
+    if own.to_dict() != config.to_dict():
+        _require_columns(own, columns)
+        if own.image_tower == "pixels" and own.image_size != config.image_size:
+            held_out = read_corpus(test, columns, image_size=own.image_size, cache_dir=cache,
+                                   progress=progress)
+        test_features = build_features(held_out, own, cache_dir=cache, device=device,
+                                       progress=progress)
+    meta = read_meta(path)
+    return {"n_pairs": None, "path": str(path), "method": meta.get("method"),
+            **evaluate(saved, test_features, device), "seconds": time.perf_counter() - began}
+
+
 def retrain(
     input: PathLike,
     test: PathLike,
@@ -857,6 +884,7 @@ def retrain(
     seed: int = 0,
     image_encoder: str = "auto",
     text_encoder: str = "auto",
+    matcher: PathLike | None = None,
     device: str = "auto",
     cache_dir: PathLike | bool | None = True,
     progress: Progress = no_progress,
@@ -870,7 +898,10 @@ def retrain(
     test rSum every ``eval_every`` steps at epoch ends (``None``: every ``steps // 16``; 0: off)
     and how fast it was still rising over the curve's second half (``late_slope``).
     ``schedule``: the learning rate of every arm, ``constant`` or ``cosine`` (from 2e-4 down to 0
-    over the steps)."""
+    over the steps). ``matcher``: a saved matcher (``score --save-matcher``, the method's own
+    noise-robust training) evaluated untrained on ``test`` as one more arm, ``matcher``, with its
+    own share of the gap; how the papers judge a method, where the other arms judge its
+    selection."""
 
     import numpy as np
 
@@ -945,6 +976,10 @@ def retrain(
     retrain_config = RetrainConfig(steps=steps, eval_every=eval_every, schedule=schedule)
     results = run_arms(features, test_features, arms, config, retrain_config, seed, device,
                        progress)
+    if matcher is not None:
+        results["matcher"] = _saved_matcher_arm(matcher, test, held_out, test_features, config,
+                                                columns, cache, device, progress)
+        results["matcher"]["gap_recovered"] = gap_recovered(results, "matcher")
     return RetrainSummary(input=Path(input), test=Path(test), n_test=test_features.n_pairs,
                           steps=steps, schedule=schedule, seed=seed, keep=keep,
                           pseudo_captions=pseudo_captions,

@@ -149,7 +149,8 @@ def render_retrain(out, summary) -> None:
         table.add_column(name, justify="right", no_wrap=True)
     for arm, result in summary.arms.items():
         strict = result["strict"]
-        table.add_row(arm, f"{result['n_pairs']:,}", *(f"{strict[k]:.1f}" for k in (
+        pairs = "-" if result["n_pairs"] is None else f"{result['n_pairs']:,}"
+        table.add_row(arm, pairs, *(f"{strict[k]:.1f}" for k in (
             "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")),
             f"{result['by_text']['rsum']:.1f}")
     out.print(table)
@@ -167,3 +168,10 @@ def render_retrain(out, summary) -> None:
     if summary.gap_recovered is not None:
         out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
                   "rSum gap")
+    saved = summary.arms.get("matcher")
+    if saved:
+        method = f"the {saved['method']} run's" if saved.get("method") else "the saved"
+        line = f"  matcher: {method} own matcher, {saved['path']}, evaluated as saved"
+        if saved.get("gap_recovered") is not None:
+            line += f"; it recovers {saved['gap_recovered']:.0%} of the gap"
+        out.print(line)

@@ -41,6 +41,10 @@ def retrain(
     text_encoder: Annotated[Literal["auto", "tokens", "e5", "column", "clip"], typer.Option(
         help="auto: the scoring run's; tokens, e5, column or clip replace it (as in 'score').")]
     = "auto",
+    matcher: Annotated[Path | None, typer.Option(
+        help="Also evaluate this saved matcher as it is (e.g. the scoring run's, from 'score "
+        "--save-matcher'): the method's own noise-robust training, as its paper judges it.",
+        show_default=False)] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache of decoded images [default: ~/.cache/ncclean].", show_default=False)] = None,
@@ -64,7 +68,8 @@ def retrain(
                               baseline=baseline, columns=columns, steps=steps,
                               eval_every=eval_every, schedule=schedule, seed=seed,
                               image_encoder=image_encoder, text_encoder=text_encoder,
-                              device=device, cache_dir=cache_dir or True, progress=progress)
+                              matcher=matcher, device=device, cache_dir=cache_dir or True,
+                              progress=progress)
     if json_:
         print_json(summary.as_dict())
     else:

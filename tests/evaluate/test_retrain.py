@@ -63,7 +63,8 @@ def test_gap_recovered():
 def scored(tmp_path_factory):
     folder = retrain_corpus(tmp_path_factory.mktemp("retrain"))
     api.score(folder / "noisy.parquet", folder / "scored.parquet", params=FAST, embed_dim=32,
-              image_size=32, cache_dir=folder / "cache", clean_above=0.5)
+              image_size=32, cache_dir=folder / "cache", clean_above=0.5,
+              save_matcher=folder / "matcher.safetensors")
     return folder / "scored.parquet", folder / "test.parquet"
 
 
@@ -209,3 +210,26 @@ def test_encoders_default_to_the_scoring_runs_and_can_be_replaced(scored, monkey
         api.retrain(path, test, image_encoder="clip")
     with pytest.raises(BadOptionError, match="encoders"):
         api.retrain(path, test, text_encoder="bert")
+
+
+def test_the_scoring_runs_own_matcher_is_one_more_arm(scored, capsys):
+    path, test = scored
+    cache, saved = path.parent / "cache", path.parent / "matcher.safetensors"
+    summary = api.retrain(path, test, baseline=True, steps=2, eval_every=0, matcher=saved,
+                          cache_dir=cache)
+    assert list(summary.arms) == ["cleaned", "noisy", "oracle", "matcher"]
+    arm = summary.arms["matcher"]
+    assert arm["n_pairs"] is None and arm["method"] == "gmm" and arm["path"] == str(saved)
+    assert arm["gap_recovered"] == gap_recovered(summary.arms, "matcher")
+    assert "curve" not in arm
+    # retraining with another text tower: the saved matcher still reads captions its own way
+    other = api.retrain(path, test, steps=1, eval_every=0, text_encoder="e5", matcher=saved,
+                        cache_dir=cache)
+    assert other.arms["matcher"]["strict"] == arm["strict"]
+    assert other.arms["matcher"]["gap_recovered"] is None  # no baseline arms to compare with
+    assert main(["retrain", str(path), "--test", str(test), "--steps", "1", "--matcher",
+                 str(saved), "--cache-dir", str(cache)]) == 0
+    assert "the gmm run's own matcher" in capsys.readouterr().out
+    assert main(["retrain", str(path), "--test", str(test), "--matcher",
+                 str(path.parent / "missing.safetensors")]) == 2
+    assert "no matcher checkpoint" in capsys.readouterr().err
