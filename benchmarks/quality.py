@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         command = python + ["score", str(noisy), "-o", str(scored), "--method", args.method,
                             "--seed", str(args.seed), "--json"]
         matcher = work / f"matcher-{ratio}.safetensors"
-        if args.corpus == "clipart" and args.method != "gmm":
+        if (args.corpus == "clipart" and args.method != "gmm") or test is not None:
             command += ["--save-matcher", str(matcher)]
         for item in args.param:
             command += ["-p", item]
@@ -150,8 +150,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.corpus == "clipart":
             metrics |= stage_metrics(scored, corpus, matcher if args.method != "gmm" else None)
         if test is not None:
+            own = ["--matcher", str(matcher)] if matcher.exists() else []
             metrics |= retrain_arms(python, scored, test, args.retrain_seeds or [args.seed],
-                                    shlex.split(args.retrain_args))
+                                    shlex.split(args.retrain_args) + own)
         rows.append(metrics)
         print(json.dumps(metrics), flush=True)
 
@@ -211,7 +212,9 @@ def hold_out(corpus: Path, work: Path, size: int, seed: int) -> tuple[Path, Path
 def retrain_arms(python: list[str], scored: Path, test: Path, seeds: list[int],
                  extra: list[str]) -> dict:
     """``ncclean retrain --baseline`` once per seed: each arm's strict rSum (the mean over
-    seeds, with ``*_sd`` and the per-seed values) and the gap recovered between the means."""
+    seeds, with ``*_sd`` and the per-seed values) and the gap recovered between the means; with
+    ``--matcher`` in ``extra``, also the scoring run's own matcher (the ``matcher`` arm, the same
+    at every seed)."""
     per_arm: dict[str, list[float]] = {}
     seconds = 0.0
     for seed in seeds:
@@ -225,11 +228,12 @@ def retrain_arms(python: list[str], scored: Path, test: Path, seeds: list[int],
     for arm, values in per_arm.items():
         out |= {f"rsum_{arm}": float(np.mean(values)), f"rsum_{arm}_seeds": values,
                 f"rsum_{arm}_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None}
-    if "oracle" in per_arm:
-        gap = out["rsum_oracle"] - out["rsum_noisy"]
-        out["gap_recovered"] = (out["rsum_cleaned"] - out["rsum_noisy"]) / gap if gap else None
-    else:
-        out["gap_recovered"] = None
+    for arm in ("cleaned", "matcher"):
+        key = "gap_recovered" if arm == "cleaned" else "gap_recovered_matcher"
+        out[key] = None
+        if "oracle" in per_arm and arm in per_arm:
+            gap = out["rsum_oracle"] - out["rsum_noisy"]
+            out[key] = (out[f"rsum_{arm}"] - out["rsum_noisy"]) / gap if gap else None
     return out
 
 
@@ -240,7 +244,13 @@ def render_retrain(rows: list[dict], test_size: int) -> str:
     head = (f"Retrained matchers (`ncclean retrain --baseline`, same steps; {which}), strict "
             f"rSum on {test_size:,} held-out pairs with unique captions:\n\n"
             "| noise | cleaned | noisy (all pairs) | oracle (truly clean) | gap recovered | "
-            "retrain time |\n|---|---|---|---|---|---|\n")
+            "the method's own matcher: rSum, gap | retrain time |\n"
+            "|---|---|---|---|---|---|---|\n")
+
+    def own(r: dict) -> str:
+        if "rsum_matcher" not in r:
+            return "-"
+        return f"{r['rsum_matcher']:.1f}, {_pct(r['gap_recovered_matcher'])}"
 
     def arm(r: dict, name: str) -> str:
         sd = r.get(f"rsum_{name}_sd")
@@ -248,7 +258,8 @@ def render_retrain(rows: list[dict], test_size: int) -> str:
 
     lines = [f"| {r['ratio']:.0%} | {arm(r, 'cleaned')} | {arm(r, 'noisy')} | "
              f"{arm(r, 'oracle') if 'rsum_oracle' in r else '-'} | "
-             f"{_pct(r['gap_recovered'])} | {r['retrain_seconds']:.0f} s |" for r in rows]
+             f"{_pct(r['gap_recovered'])} | {own(r)} | {r['retrain_seconds']:.0f} s |"
+             for r in rows]
     return head + "\n".join(lines) + "\n"
 
 
