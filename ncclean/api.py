@@ -843,30 +843,28 @@ def _override_towers(config, image_encoder: str, text_encoder: str):
     return config
 
 
-def _saved_matcher_arm(path: PathLike, test: PathLike, held_out, test_features, config,
+def _saved_matcher_arm(saved, path: PathLike, test: PathLike, held_out, test_features, config,
                        columns: Columns, cache: Path | None, device: str, progress: Progress
                        ) -> dict:
-    """Recall@K on the test pairs of the matcher saved at ``path``, with features built for its
-    own configuration (its vocabulary, image size) unless the retrained arms' fit it."""
+    """Recall@K on the test pairs of ``saved``, the matcher loaded from ``path``, with features
+    built for its own configuration (its vocabulary, image size) unless the retrained arms' fit
+    it."""
     import time
 
     from ncclean.data.corpus import read_corpus
     from ncclean.evaluate.retrain import evaluate
-    from ncclean.models.checkpoint import load_matcher, read_meta
+    from ncclean.models.checkpoint import read_meta
     from ncclean.models.features import build_features
 
     began = time.perf_counter()
-    saved = load_matcher(path, device)
     own = saved.config
     if own.to_dict() != config.to_dict():
-        _require_columns(own, columns)
         if own.image_tower == "pixels" and own.image_size != config.image_size:
             held_out = read_corpus(test, columns, image_size=own.image_size, cache_dir=cache,
                                    progress=progress)
         test_features = build_features(held_out, own, cache_dir=cache, device=device,
                                        progress=progress)
-    meta = read_meta(path)
-    return {"n_pairs": None, "path": str(path), "method": meta.get("method"),
+    return {"n_pairs": None, "path": str(path), "method": read_meta(path).get("method"),
             **evaluate(saved, test_features, device), "seconds": time.perf_counter() - began}
 
 
@@ -943,6 +941,12 @@ def retrain(
         MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),
         image_encoder, text_encoder)
     _require_columns(config, columns)
+    saved = None
+    if matcher is not None:  # before hours of training, not after
+        from ncclean.models.checkpoint import load_matcher
+
+        saved = load_matcher(matcher, device)
+        _require_columns(saved.config, columns)
 
     size = config.image_size if config.image_tower == "pixels" else None
     corpus = read_corpus(input, columns, image_size=size, cache_dir=cache, progress=progress)
@@ -976,9 +980,9 @@ def retrain(
     retrain_config = RetrainConfig(steps=steps, eval_every=eval_every, schedule=schedule)
     results = run_arms(features, test_features, arms, config, retrain_config, seed, device,
                        progress)
-    if matcher is not None:
-        results["matcher"] = _saved_matcher_arm(matcher, test, held_out, test_features, config,
-                                                columns, cache, device, progress)
+    if saved is not None:
+        results["matcher"] = _saved_matcher_arm(saved, matcher, test, held_out, test_features,
+                                                config, columns, cache, device, progress)
         results["matcher"]["gap_recovered"] = gap_recovered(results, "matcher")
     return RetrainSummary(input=Path(input), test=Path(test), n_test=test_features.n_pairs,
                           steps=steps, schedule=schedule, seed=seed, keep=keep,

@@ -212,7 +212,7 @@ def test_encoders_default_to_the_scoring_runs_and_can_be_replaced(scored, monkey
         api.retrain(path, test, text_encoder="bert")
 
 
-def test_the_scoring_runs_own_matcher_is_one_more_arm(scored, capsys):
+def test_the_scoring_runs_own_matcher_is_one_more_arm(scored, capsys, monkeypatch):
     path, test = scored
     cache, saved = path.parent / "cache", path.parent / "matcher.safetensors"
     summary = api.retrain(path, test, baseline=True, steps=2, eval_every=0, matcher=saved,
@@ -230,6 +230,10 @@ def test_the_scoring_runs_own_matcher_is_one_more_arm(scored, capsys):
     assert main(["retrain", str(path), "--test", str(test), "--steps", "1", "--matcher",
                  str(saved), "--cache-dir", str(cache)]) == 0
     assert "the gmm run's own matcher" in capsys.readouterr().out
+    def never(*args, **kwargs):
+        raise AssertionError("trained before the checkpoint was read")
+
+    monkeypatch.setattr("ncclean.evaluate.retrain.run_arms", never)
     assert main(["retrain", str(path), "--test", str(test), "--matcher",
                  str(path.parent / "missing.safetensors")]) == 2
     assert "no matcher checkpoint" in capsys.readouterr().err
