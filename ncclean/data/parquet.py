@@ -168,9 +168,11 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
         raise OutputError(f"cannot write to {dest.parent}: {error}") from None
     os.close(fd)
     tmp = Path(tmp_name)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the output the usual mode
+    mode = 0o666 & ~_umask()  # mkstemp makes 0600; give the output the usual mode
+    os.chmod(tmp, mode)
     try:
         yield tmp
+        os.chmod(tmp, mode)  # again: some writers (safetensors) replace the file they are given
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -67,6 +67,7 @@ def test_checkpoint_round_trip(tmp_path):
         assert torch.equal(loaded.encode_images(images), pair.encode_images(images))
     assert loaded.config.vocab == CONFIG.vocab
     assert (tmp_path / "m.safetensors.json").exists()
+    assert path.stat().st_mode & 0o044  # readable by others, as the scored Parquet is
 
 
 def test_bad_checkpoints(tmp_path):
