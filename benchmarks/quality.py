@@ -228,12 +228,10 @@ def retrain_arms(python: list[str], scored: Path, test: Path, seeds: list[int],
     for arm, values in per_arm.items():
         out |= {f"rsum_{arm}": float(np.mean(values)), f"rsum_{arm}_seeds": values,
                 f"rsum_{arm}_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None}
-    for arm in ("cleaned", "matcher"):
-        key = "gap_recovered" if arm == "cleaned" else "gap_recovered_matcher"
-        out[key] = None
-        if "oracle" in per_arm and arm in per_arm:
-            gap = out["rsum_oracle"] - out["rsum_noisy"]
-            out[key] = (out[f"rsum_{arm}"] - out["rsum_noisy"]) / gap if gap else None
+    gap = out["rsum_oracle"] - out["rsum_noisy"] if "oracle" in per_arm else 0.0
+    for arm, key in (("cleaned", "gap_recovered"), ("matcher", "gap_recovered_matcher")):
+        out[key] = (out[f"rsum_{arm}"] - out["rsum_noisy"]) / gap if gap and arm in per_arm \
+            else None
     return out
 
 

@@ -230,6 +230,7 @@ def test_the_scoring_runs_own_matcher_is_one_more_arm(scored, capsys, monkeypatc
     assert main(["retrain", str(path), "--test", str(test), "--steps", "1", "--matcher",
                  str(saved), "--cache-dir", str(cache)]) == 0
     assert "the gmm run's own matcher" in capsys.readouterr().out
+
     def never(*args, **kwargs):
         raise AssertionError("trained before the checkpoint was read")
 
