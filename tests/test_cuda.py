@@ -1,6 +1,7 @@
 """Every training path on a GPU: each method scores a tiny corpus with ``device="cuda"``, the
-same seed writes the same file, and ``retrain`` trains its arms there. Skipped where torch sees
-no CUDA device (CI); run on a GPU machine with ``pytest tests/test_cuda.py``."""
+same seed writes the same file, and ``retrain`` trains its arms there and evaluates the scoring
+run's saved matcher. Skipped where torch sees no CUDA device (CI); run on a GPU machine with
+``pytest tests/test_cuda.py``."""
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,11 +27,11 @@ def corpus(tmp_path_factory):
     return retrain_corpus(tmp_path_factory.mktemp("cuda"))
 
 
-def _score(corpus, method, name):
+def _score(corpus, method, name, **options):
     out = corpus / f"{name}.parquet"
     summary = api.score(corpus / "noisy.parquet", out, method=method, params=PARAMS[method],
                         device="cuda", cache_dir=corpus / "cache", clean_above=0.5,
-                        **SMALL_MATCHER)
+                        **SMALL_MATCHER, **options)
     assert summary.device.startswith("cuda")
     return np.array(pq.read_table(out).column("clean_prob").to_pylist(), dtype=float)
 
@@ -43,11 +44,12 @@ def test_method_scores_on_the_gpu_and_repeats_with_the_seed(corpus, method):
 
 
 def test_retrain_arms_train_on_the_gpu(corpus):
-    _score(corpus, "gmm", "scored")
+    _score(corpus, "gmm", "scored", save_matcher=corpus / "gmm.safetensors")
     runs = [api.retrain(corpus / "scored.parquet", corpus / "test.parquet", baseline=True,
-                        steps=12, device="cuda", cache_dir=corpus / "cache")
+                        steps=12, device="cuda", cache_dir=corpus / "cache",
+                        matcher=corpus / "gmm.safetensors")
             for _ in range(2)]
-    assert list(runs[0].arms) == ["cleaned", "noisy", "oracle"]
+    assert list(runs[0].arms) == ["cleaned", "noisy", "oracle", "matcher"]
     for arm in runs[0].arms:
         assert runs[0].arms[arm]["strict"] == runs[1].arms[arm]["strict"]
-        assert runs[0].arms[arm]["curve"] == runs[1].arms[arm]["curve"]
+        assert runs[0].arms[arm].get("curve") == runs[1].arms[arm].get("curve")
