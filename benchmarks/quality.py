@@ -150,9 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.corpus == "clipart":
             metrics |= stage_metrics(scored, corpus, matcher if args.method != "gmm" else None)
         if test is not None:
-            own = ["--matcher", str(matcher)] if matcher.exists() else []
             metrics |= retrain_arms(python, scored, test, args.retrain_seeds or [args.seed],
-                                    shlex.split(args.retrain_args) + own)
+                                    shlex.split(args.retrain_args) + ["--matcher", str(matcher)])
         rows.append(metrics)
         print(json.dumps(metrics), flush=True)
 
