@@ -290,6 +290,19 @@ def deterministic_cuda() -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def _scoring_columns(config, columns: Columns, sidecar: dict) -> Columns:
+    """``columns`` with the embedding columns the scoring run read (its sidecar's ``columns``)
+    filled in where a ``column`` tower needs one and none is named."""
+    from dataclasses import replace
+
+    used = sidecar.get("columns") or {}
+    if config.image_tower == "column" and not columns.image_emb and used.get("image_emb"):
+        columns = replace(columns, image_emb=used["image_emb"])
+    if config.text_tower == "column" and not columns.text_emb and used.get("text_emb"):
+        columns = replace(columns, text_emb=used["text_emb"])
+    return columns
+
+
 def _require_columns(config, columns: Columns) -> None:
     """A ``column`` tower reads its vectors from a named column: say so when none is named."""
     from ncclean.errors import BadOptionError
@@ -537,6 +550,8 @@ def score(
         corpus, features, out, result, clean_prob, parts, stages, seconds, began,
         sidecar={"command": "score", "input": str(input), "method": method,
                  "params": chosen.params(), "seed": seed, "device": device,
+                 "columns": {"image_emb": corpus.columns.image_emb,
+                             "text_emb": corpus.columns.text_emb},
                  "matcher": {k: v for k, v in config.to_dict().items() if k != "vocab"}
                  | {"vocab_size": len(config.vocab) if config.vocab else None,
                     "loaded_from": str(load_matcher) if load_matcher else None},
@@ -892,9 +907,11 @@ def retrain(
     valid pair and, when ``input`` has ``noisy_gt``, on the truly clean pairs. The matcher's
     architecture and encoders are the scoring run's (from its sidecar); ``image_encoder`` /
     ``text_encoder`` other than ``auto`` replace a tower (e.g. score with ``e5`` captions and
-    retrain the GRU over words on what that run kept). Each arm also reports its learning curve:
-    test rSum every ``eval_every`` steps at epoch ends (``None``: every ``steps // 16``; 0: off)
-    and how fast it was still rising over the curve's second half (``late_slope``).
+    retrain the GRU over words on what that run kept); a ``column`` tower reads the embedding
+    column the scoring run read unless ``columns`` names another. Each arm also reports its
+    learning curve: test rSum every ``eval_every`` steps at epoch ends (``None``: every
+    ``steps // 16``; 0: off) and how fast it was still rising over the curve's second half
+    (``late_slope``).
     ``schedule``: the learning rate of every arm, ``constant`` or ``cosine`` (from 2e-4 down to 0
     over the steps). ``matcher``: a saved matcher (``score --save-matcher``, the method's own
     noise-robust training) evaluated untrained on ``test`` as one more arm, ``matcher``, with its
@@ -940,6 +957,7 @@ def retrain(
     config = _override_towers(
         MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),
         image_encoder, text_encoder)
+    columns = _scoring_columns(config, columns, scored.sidecar)
     _require_columns(config, columns)
     saved = None
     if matcher is not None:  # before hours of training, not after

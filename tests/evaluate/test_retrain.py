@@ -238,3 +238,25 @@ def test_the_scoring_runs_own_matcher_is_one_more_arm(scored, capsys, monkeypatc
     assert main(["retrain", str(path), "--test", str(test), "--matcher",
                  str(path.parent / "missing.safetensors")]) == 2
     assert "no matcher checkpoint" in capsys.readouterr().err
+
+
+def test_the_embedding_columns_default_to_the_scoring_runs(tmp_path):
+    from ncclean.data.schema import Columns
+    from tests.helpers import write_parquet
+
+    def pairs(path, n, seed):
+        image = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
+        return write_parquet(path, {"caption": [f"thing {i % 7} number {i}" for i in range(n)],
+                                    "img": list(image)})
+
+    train, test = pairs(tmp_path / "train.parquet", 60, 0), pairs(tmp_path / "test.parquet", 20, 1)
+    scored = tmp_path / "scored.parquet"
+    api.score(train, scored, params=FAST, embed_dim=16, columns=Columns(image_emb="img"),
+              cache_dir=tmp_path / "cache")
+    sidecar = json.loads(Path(f"{scored}.json").read_text())
+    assert sidecar["columns"] == {"image_emb": "img", "text_emb": None}
+    summary = api.retrain(scored, test, keep="weighted", steps=2, cache_dir=tmp_path / "cache")
+    assert summary.image_encoder == "column" and summary.n_test == 20
+    with pytest.raises(SchemaError, match="nope"):  # a name given still wins
+        api.retrain(scored, test, keep="weighted", steps=2, columns=Columns(image_emb="nope"),
+                    cache_dir=tmp_path / "cache")
