@@ -6,6 +6,7 @@ pair's cosine, of the GMM posterior, and of the loss averaged over the epochs so
 memorisation curve behind the ``gmm`` method's choices (augmentation, epoch rule, ``final``).
 
     python benchmarks/warmup_curve.py NOISY.parquet --epochs 20 [--no-augment] [--text-encoder e5]
+        [--image-emb-col image_emb]
 
 NOISY.parquet needs a ``noisy_gt`` column (``ncclean inject-noise``).
 """
@@ -21,6 +22,7 @@ import torch
 
 from ncclean.data.cache import default_cache_dir
 from ncclean.data.corpus import read_corpus
+from ncclean.data.schema import Columns
 from ncclean.evaluate.detection import detection_metrics
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import build_features, build_vocabulary
@@ -69,13 +71,20 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--no-augment", action="store_true")
     parser.add_argument("--text-encoder", default="tokens", choices=["tokens", "e5"])
+    parser.add_argument("--image-emb-col", default=None,
+                        help="train a head on this column of precomputed image vectors instead "
+                             "of the CNN on pixels")
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    corpus = read_corpus(args.noisy, image_size=64, cache_dir=default_cache_dir())
+    column = args.image_emb_col
+    corpus = read_corpus(args.noisy, Columns(image_emb=column), image_size=None if column else 64,
+                         cache_dir=default_cache_dir())
     valid = corpus.valid
     config = MatcherConfig(text_tower=args.text_encoder, augment=not args.no_augment,
+                           image_tower="column" if column else "pixels",
+                           image_in_dim=corpus.image_emb.shape[1] if column else None,
                            text_in_dim=384 if args.text_encoder == "e5" else None,
                            vocab=build_vocabulary([c for c, ok in zip(corpus.captions, valid)
                                                    if ok]).tokens)
