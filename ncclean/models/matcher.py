@@ -53,6 +53,12 @@ class MatcherConfig:
     def uses_clip(self) -> bool:
         return "clip" in (self.image_tower, self.text_tower)
 
+    @property
+    def frozen_images(self) -> bool:
+        """Whether the image tower is a head on fixed vectors (an embedding column, or CLIP's
+        frozen features), not a network trained on pixels."""
+        return self.image_tower in ("column", "clip") and self.finetune == "heads"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 
 from ncclean.evaluate.detection import detection_metrics
@@ -30,6 +32,11 @@ def test_epoch_rule_scales_with_corpus_size():
     assert schedule(500, 128, None, None) == (10, 40)
     assert schedule(1_000_000, 128, None, None) == (1, 4)
     assert schedule(8_000, 128, 2, 7) == (2, 7)
+    # a head on fixed image vectors: a fifth of the steps, the same floors and caps
+    assert schedule(8_000, 128, None, None, frozen_images=True) == (1, 4)
+    assert schedule(7_057, 128, None, None, frozen_images=True) == (1, 5)
+    assert schedule(500, 128, None, None, frozen_images=True) == (10, 40)
+    assert schedule(8_000, 128, 2, 7, frozen_images=True) == (2, 7)
 
 
 def test_final_mean_averages_the_divisions():
@@ -38,3 +45,20 @@ def test_final_mean_averages_the_divisions():
     mean = GMM(**SMALL).fit(features, Context(seed=1, matcher_config=config))
     assert not np.array_equal(last.clean_prob, mean.clean_prob)
     assert np.array_equal(last.columns["gmm_loss"], mean.columns["gmm_loss"])
+
+
+def test_a_head_on_fixed_image_vectors_gets_the_short_rule(monkeypatch):
+    import ncclean.methods.gmm as module
+
+    features, config, _ = tiny_features(n_images=12)
+    vectors = replace(features, image_data=features.image_data.reshape(
+        len(features.image_data), -1)[:, :48].astype(np.float32))
+    column = replace(config, image_tower="column", image_in_dim=48)
+    seen = []
+    real = module.schedule
+    monkeypatch.setattr(module, "schedule", lambda *args: seen.append(args[-1]) or real(*args))
+    GMM(**SMALL).fit(features, Context(seed=0, matcher_config=config))
+    GMM(**SMALL).fit(vectors, Context(seed=0, matcher_config=column))
+    assert seen == [False, True]
+    assert replace(config, image_tower="clip").frozen_images
+    assert not replace(config, image_tower="clip", finetune="full").frozen_images
