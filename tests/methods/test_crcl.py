@@ -14,7 +14,7 @@ from ncclean.methods.crcl import (
     matching_probabilities,
     pieces_for,
 )
-from ncclean.testing import check_method, tiny_features
+from ncclean.testing import as_vector_features, check_method, tiny_features
 from ncclean.train.scoring import embed, pool_matching_probability
 
 
@@ -42,6 +42,11 @@ def test_schedule_rules():
     assert pieces_for(8_000, 128, None, 5) == (10, 10, 10, 35)
     assert pieces_for(800_000, 128, None, 2) == (3, 3, 3, 3)
     assert pieces_for(10, 128, "3, 4", 2) == (3, 4)
+    # a head on fixed image vectors: a fifth of the steps
+    assert freeze_for(7_057, 128, None, frozen_images=True) == 1
+    assert pieces_for(7_057, 128, None, 1, frozen_images=True) == (2, 2, 2, 7)
+    assert freeze_for(100, 128, None, frozen_images=True) == 10
+    assert pieces_for(10, 128, "3, 4", 2, frozen_images=True) == (3, 4)
     with pytest.raises(BadOptionError):
         pieces_for(10, 128, "three", 2)
 
@@ -181,3 +186,17 @@ def test_mean_rank_averages_each_updating_epochs_percentile_of_p_hat():
     by_rank = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32,
                                 score="mean-rank"))
     assert by_rank.report["score"] == "mean-rank"
+
+
+def test_a_head_on_fixed_image_vectors_gets_the_short_rule(monkeypatch):
+    import ncclean.methods.crcl as module
+
+    features, config, _ = tiny_features(n_images=12)
+    vectors, column = as_vector_features(features, config)
+    seen = []
+    real = module.pieces_for
+    monkeypatch.setattr(module, "pieces_for", lambda *args: seen.append(args[-1]) or real(*args))
+    for pairs, matcher in ((features, config), (vectors, column)):
+        CRCL(pieces=(2, 2), freeze_epochs=1, batch_size=32).fit(
+            pairs, Context(seed=0, matcher_config=matcher))
+    assert seen == [False, True]

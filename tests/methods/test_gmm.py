@@ -5,7 +5,7 @@ import numpy as np
 from ncclean.evaluate.detection import detection_metrics
 from ncclean.methods.base import Context
 from ncclean.methods.gmm import GMM, schedule
-from ncclean.testing import check_method, tiny_features
+from ncclean.testing import as_vector_features, check_method, tiny_features
 
 SMALL = dict(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64)
 
@@ -51,9 +51,7 @@ def test_a_head_on_fixed_image_vectors_gets_the_short_rule(monkeypatch):
     import ncclean.methods.gmm as module
 
     features, config, _ = tiny_features(n_images=12)
-    vectors = replace(features, image_data=features.image_data.reshape(
-        len(features.image_data), -1)[:, :48].astype(np.float32))
-    column = replace(config, image_tower="column", image_in_dim=48)
+    vectors, column = as_vector_features(features, config)
     seen = []
     real = module.schedule
     monkeypatch.setattr(module, "schedule", lambda *args: seen.append(args[-1]) or real(*args))
