@@ -62,16 +62,6 @@ def tiny_features(n_images: int = 24, captions_per_image: int = 3, noise: float 
     return build_features(corpus, config), config, truth
 
 
-def as_vector_features(features, config, dim: int = 48):
-    """The same pairs with each image a fixed ``dim``-wide vector (its first pixels) and the
-    matching ``column`` configuration: a head on fixed image vectors (``--image-emb-col``)."""
-    from dataclasses import replace
-
-    vectors = features.image_data.reshape(len(features.image_data), -1)[:, :dim]
-    return (replace(features, image_data=vectors.astype(np.float32)),
-            replace(config, image_tower="column", image_in_dim=dim))
-
-
 def check_method(method: Method, *, seed: int = 0) -> MethodResult:
     """Run ``method`` through the conformance checks; raise ``AssertionError`` naming the first
     broken rule. Returns the first run's result for further assertions."""

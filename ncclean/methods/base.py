@@ -61,6 +61,12 @@ class Context:
     checkpoint_dir: Path | None = None
     resume: bool = False
 
+    @property
+    def frozen_images(self) -> bool:
+        """Whether the matcher's image tower is a head on fixed vectors (the epoch rules of
+        ``gmm`` and ``crcl`` give it a fifth of the steps)."""
+        return self.matcher_config is not None and self.matcher_config.frozen_images
+
     def new_matcher(self, k: int = 0):
         from ncclean.models.matcher import build_matcher
 

@@ -381,7 +381,7 @@ class CRCL(Method):
     def fit(self, features: Features, context: Context) -> MethodResult:
         if self.update not in UPDATES:
             raise BadOptionError(f"update must be one of {UPDATES}, got {self.update!r}")
-        frozen = context.matcher_config is not None and context.matcher_config.frozen_images
+        frozen = context.frozen_images
         freeze = freeze_for(features.n_pairs, self.batch_size, self.freeze_epochs, frozen)
         pieces = pieces_for(features.n_pairs, self.batch_size, self.pieces, freeze, frozen)
         if self.target is not None and self.target not in TARGETS:

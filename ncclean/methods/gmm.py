@@ -291,9 +291,8 @@ class GMM(Method):
     def fit(self, features: Features, context: Context) -> MethodResult:
         if self.final not in ("last", "mean"):
             raise ValueError(f"final must be 'last' or 'mean', got {self.final!r}")
-        frozen = context.matcher_config is not None and context.matcher_config.frozen_images
         warmup, epochs = schedule(features.n_pairs, self.batch_size, self.warmup_epochs,
-                                  self.epochs, frozen)
+                                  self.epochs, context.frozen_images)
         if context.initial is not None:  # a loaded matcher: start both networks from it
             members = list(context.initial.members)
             model = Ensemble([members[0], members[-1] if len(members) > 1 else

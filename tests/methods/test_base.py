@@ -14,6 +14,7 @@ from ncclean.methods.base import (
     get_method,
     make_method,
 )
+from ncclean.methods.crcl import CRCL
 from ncclean.methods.gmm import GMM
 
 
@@ -79,3 +80,32 @@ def test_make_method_parses_strings_to_field_types():
         make_method("gmm", {"epoch": "3"})
     with pytest.raises(BadOptionError, match="'epochs'"):
         make_method("gmm", {"epochs": "many"})
+
+
+@pytest.mark.parametrize("method, rule", [
+    (GMM(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64), "schedule"),
+    (CRCL(pieces=(2, 2), freeze_epochs=1, batch_size=32), "pieces_for"),
+])
+def test_a_head_on_fixed_image_vectors_gets_the_short_epoch_rule(monkeypatch, method, rule):
+    """The methods tell their epoch rule whether the image tower reads fixed vectors."""
+    import sys
+    from dataclasses import replace
+
+    import numpy as np
+
+    from ncclean.methods.base import Context
+    from ncclean.testing import tiny_features
+
+    features, config, _ = tiny_features(n_images=12)
+    pixels = features.image_data.reshape(len(features.image_data), -1)
+    vectors = replace(features, image_data=pixels[:, :48].astype(np.float32))
+    column = replace(config, image_tower="column", image_in_dim=48)
+    code = sys.modules[type(method).__module__]
+    seen = []
+    real = getattr(code, rule)
+    monkeypatch.setattr(code, rule, lambda *args: seen.append(args[-1]) or real(*args))
+    for pairs, matcher in ((features, config), (vectors, column)):
+        method.fit(pairs, Context(seed=0, matcher_config=matcher))
+    assert seen == [False, True]
+    assert replace(config, image_tower="clip").frozen_images
+    assert not replace(config, image_tower="clip", finetune="full").frozen_images

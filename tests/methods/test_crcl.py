@@ -14,7 +14,7 @@ from ncclean.methods.crcl import (
     matching_probabilities,
     pieces_for,
 )
-from ncclean.testing import as_vector_features, check_method, tiny_features
+from ncclean.testing import check_method, tiny_features
 from ncclean.train.scoring import embed, pool_matching_probability
 
 
@@ -187,16 +187,3 @@ def test_mean_rank_averages_each_updating_epochs_percentile_of_p_hat():
                                 score="mean-rank"))
     assert by_rank.report["score"] == "mean-rank"
 
-
-def test_a_head_on_fixed_image_vectors_gets_the_short_rule(monkeypatch):
-    import ncclean.methods.crcl as module
-
-    features, config, _ = tiny_features(n_images=12)
-    vectors, column = as_vector_features(features, config)
-    seen = []
-    real = module.pieces_for
-    monkeypatch.setattr(module, "pieces_for", lambda *args: seen.append(args[-1]) or real(*args))
-    for pairs, matcher in ((features, config), (vectors, column)):
-        CRCL(pieces=(2, 2), freeze_epochs=1, batch_size=32).fit(
-            pairs, Context(seed=0, matcher_config=matcher))
-    assert seen == [False, True]

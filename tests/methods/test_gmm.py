@@ -1,11 +1,9 @@
-from dataclasses import replace
-
 import numpy as np
 
 from ncclean.evaluate.detection import detection_metrics
 from ncclean.methods.base import Context
 from ncclean.methods.gmm import GMM, schedule
-from ncclean.testing import as_vector_features, check_method, tiny_features
+from ncclean.testing import check_method, tiny_features
 
 SMALL = dict(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64)
 
@@ -46,17 +44,3 @@ def test_final_mean_averages_the_divisions():
     assert not np.array_equal(last.clean_prob, mean.clean_prob)
     assert np.array_equal(last.columns["gmm_loss"], mean.columns["gmm_loss"])
 
-
-def test_a_head_on_fixed_image_vectors_gets_the_short_rule(monkeypatch):
-    import ncclean.methods.gmm as module
-
-    features, config, _ = tiny_features(n_images=12)
-    vectors, column = as_vector_features(features, config)
-    seen = []
-    real = module.schedule
-    monkeypatch.setattr(module, "schedule", lambda *args: seen.append(args[-1]) or real(*args))
-    GMM(**SMALL).fit(features, Context(seed=0, matcher_config=config))
-    GMM(**SMALL).fit(vectors, Context(seed=0, matcher_config=column))
-    assert seen == [False, True]
-    assert replace(config, image_tower="clip").frozen_images
-    assert not replace(config, image_tower="clip", finetune="full").frozen_images
