@@ -1,12 +1,15 @@
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from ncclean.errors import BadOptionError
 from ncclean.methods import base
 from ncclean.methods.base import (
+    Context,
     Method,
     MethodResult,
     UnknownMethodError,
@@ -16,6 +19,7 @@ from ncclean.methods.base import (
 )
 from ncclean.methods.crcl import CRCL
 from ncclean.methods.gmm import GMM
+from ncclean.testing import tiny_features
 
 
 @dataclass
@@ -88,14 +92,6 @@ def test_make_method_parses_strings_to_field_types():
 ])
 def test_a_head_on_fixed_image_vectors_gets_the_short_epoch_rule(monkeypatch, method, rule):
     """The methods tell their epoch rule whether the image tower reads fixed vectors."""
-    import sys
-    from dataclasses import replace
-
-    import numpy as np
-
-    from ncclean.methods.base import Context
-    from ncclean.testing import tiny_features
-
     features, config, _ = tiny_features(n_images=12)
     pixels = features.image_data.reshape(len(features.image_data), -1)
     vectors = replace(features, image_data=pixels[:, :48].astype(np.float32))

@@ -186,4 +186,3 @@ def test_mean_rank_averages_each_updating_epochs_percentile_of_p_hat():
     by_rank = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32,
                                 score="mean-rank"))
     assert by_rank.report["score"] == "mean-rank"
-

@@ -43,4 +43,3 @@ def test_final_mean_averages_the_divisions():
     mean = GMM(**SMALL).fit(features, Context(seed=1, matcher_config=config))
     assert not np.array_equal(last.clean_prob, mean.clean_prob)
     assert np.array_equal(last.columns["gmm_loss"], mean.columns["gmm_loss"])
-
