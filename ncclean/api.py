@@ -910,8 +910,8 @@ def retrain(
     retrain the GRU over words on what that run kept); a ``column`` tower reads the embedding
     column the scoring run read unless ``columns`` names another. Each arm also reports its
     learning curve: test rSum every ``eval_every`` steps at epoch ends (``None``: every
-    ``steps // 16``; 0: off) and how fast it was still rising over the curve's second half
-    (``late_slope``).
+    ``steps // 16``; 0: off), how fast it was still rising over the curve's second half
+    (``late_slope``), and its best stretch and how far the end fell below it (``best``).
     ``schedule``: the learning rate of every arm, ``constant`` or ``cosine`` (from 2e-4 down to 0
     over the steps). ``matcher``: a saved matcher (``score --save-matcher``, the method's own
     noise-robust training) evaluated untrained on ``test`` as one more arm, ``matcher``, with its

@@ -136,7 +136,7 @@ def render_retrain(out, summary) -> None:
     """The arms of ``ncclean retrain`` side by side: Recall@1/5/10 both ways and rSum."""
     from rich.table import Table
 
-    from ncclean.evaluate.retrain import RISING
+    from ncclean.evaluate.retrain import FALLING, RISING
 
     kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
     table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
@@ -165,6 +165,14 @@ def render_retrain(out, summary) -> None:
         out.print(f"  [yellow]still improving at the last step[/] ({slopes} rSum per 1,000 steps "
                   "over the second half): the arms have not levelled off, and the comparison may "
                   "change with more --steps")
+    past = {arm: result["best"] for arm, result in summary.arms.items()
+            if (result.get("best") or {}).get("drop", 0) >= FALLING}
+    if past:
+        peaks = ", ".join(f"{arm} {best['rsum']:.1f} near step {best['step']:,}, "
+                          f"{best['drop']:.1f} lower at the end" for arm, best in past.items())
+        out.print(f"  [yellow]past its best[/] ({peaks}; means over 3 evaluations): the matcher "
+                  "overfits its selection before the last step, so the last readings understate "
+                  "it; compare the arms over their curves or with fewer --steps")
     if summary.gap_recovered is not None:
         out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
                   "rSum gap")

@@ -28,7 +28,8 @@ def retrain(
     steps: Annotated[int, typer.Option(min=1, help="Optimiser steps of every arm.")] = 1600,
     eval_every: Annotated[int | None, typer.Option(
         min=0, help="Evaluate every N steps (at epoch ends) for each arm's learning curve, and "
-        "warn when an arm is still improving at the end; 0: off.  [default: steps / 16]",
+        "warn when an arm is still improving at the end or has fallen from its best; 0: off.  "
+        "[default: steps / 16]",
         show_default=False)] = None,
     schedule: Annotated[Literal["constant", "cosine"], typer.Option(
         help="Learning rate of every arm: constant, or a cosine decay to 0 over the steps.")]

@@ -12,6 +12,7 @@ from ncclean.errors import BadOptionError, SchemaError
 from ncclean.evaluate.retrain import (
     Plain,
     RetrainConfig,
+    best_stretch,
     cleaned_arm,
     gap_recovered,
     late_slope,
@@ -50,6 +51,19 @@ def test_late_slope_reads_the_second_half_of_a_curve():
     flat = [{"step": s, "rsum": 5 * s / 100 if s <= 800 else 40.0} for s in range(100, 1700, 100)]
     assert late_slope(flat) == pytest.approx(0.0, abs=1e-9)
     assert late_slope(rising[:2]) is None and late_slope([]) is None
+
+
+def test_best_stretch_finds_a_peak_that_single_readings_would_invent():
+    peaked = [{"step": s, "rsum": 50.0 - abs(s - 500) / 50} for s in range(100, 1700, 100)]
+    best = best_stretch(peaked)
+    # readings 48, 50, 48 at steps 400-600; 32, 30, 28 at the end
+    assert best["step"] == 600 and best["rsum"] == pytest.approx(146 / 3)
+    assert best["drop"] == pytest.approx(146 / 3 - 30.0)
+    # one high reading in a flat, jittery curve is not a peak
+    flat = [{"step": s, "rsum": 40.0 + (6.0 if s == 700 else (-1) ** (s // 100))}
+            for s in range(100, 1700, 100)]
+    assert best_stretch(flat)["drop"] < 3.0
+    assert best_stretch(peaked[:5]) is None
 
 
 def test_gap_recovered():
@@ -120,7 +134,7 @@ def test_cosine_schedule_is_its_own_reproducible_run(scored):
         api.retrain(path, test, schedule="linear", cache_dir=cache)
 
 
-def test_rendering_warns_when_an_arm_is_still_improving():
+def test_rendering_warns_when_an_arm_is_still_improving_or_past_its_best():
     from io import StringIO
 
     from rich.console import Console
@@ -130,20 +144,25 @@ def test_rendering_warns_when_an_arm_is_still_improving():
 
     metrics = {k: 10.0 for k in ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10",
                                  "rsum")}
-    arm = {"n_pairs": 5, "strict": metrics, "by_text": metrics, "curve": [], "late_slope": 1.0}
+    arm = {"n_pairs": 5, "strict": metrics, "by_text": metrics, "curve": [], "late_slope": 1.0,
+           "best": {"step": 400, "rsum": 12.0, "drop": 2.0}}
 
-    def printed(slope):
+    def printed(slope, drop=2.0):
         buffer = StringIO()
         summary = RetrainSummary(
             input=Path("in.parquet"), test=Path("test.parquet"), n_test=3, steps=10,
             schedule="constant", seed=0, keep="clean", pseudo_captions=False,
             image_encoder="pixels", text_encoder="tokens", gap_recovered=None,
-            arms={"cleaned": arm, "noisy": arm | {"late_slope": slope}})
+            arms={"cleaned": arm | {"best": arm["best"] | {"drop": drop}},
+                  "noisy": arm | {"late_slope": slope}})
         render_retrain(Console(file=buffer, width=200), summary)
         return buffer.getvalue()
 
     assert "still improving" in printed(12.5) and "noisy +12.5" in printed(12.5)
     assert "still improving" not in printed(2.0) and "still improving" not in printed(None)
+    assert "past its best" in printed(2.0, drop=6.5)
+    assert "cleaned 12.0 near step 400, 6.5 lower" in printed(2.0, drop=6.5)
+    assert "past its best" not in printed(2.0)
 
 
 def test_cli_retrain_json_and_errors(scored, capsys):
