@@ -439,6 +439,8 @@ def score(
     clean_above: float = 0.8,
     noisy_below: float = 0.5,
     noise_rate: float | str | None = None,
+    rare_clean_above: float | None = None,
+    rare_count: int = 2,
     significance: str | None = None,
     significance_passes: int = 3,
     pseudo_captions: bool = True,
@@ -468,7 +470,9 @@ def score(
     matcher brings its own encoders.
 
     Partitions: ``clean_prob < noisy_below`` is noisy, ``>= clean_above`` clean, the band between
-    vague; or ``noise_rate`` (a share, or ``"auto"`` for the method's estimate) marks the lowest
+    vague; ``rare_clean_above`` lowers the clean threshold of pairs whose caption occurs at most
+    ``rare_count`` times (:mod:`ncclean.stages.partition`: a cut for training sets); or
+    ``noise_rate`` (a share, or ``"auto"`` for the method's estimate) marks the lowest
     share noisy; a method that draws its own partitions (``sdd``) keeps them. Clean pairs are then
     split by ``significance`` (``specificity``, ``update`` with ``significance_passes``, or
     ``off``: see :mod:`ncclean.stages.significance`; ``None``: the method's choice, else
@@ -487,7 +491,7 @@ def score(
     from ncclean.errors import BadOptionError
     from ncclean.methods.base import Context, make_method
     from ncclean.models.features import build_features, complete_config
-    from ncclean.stages.partition import Cut, partition
+    from ncclean.stages.partition import Cut, caption_counts, partition
     from ncclean.stages.significance import MODES
 
     seconds: dict[str, float] = {}
@@ -499,8 +503,11 @@ def score(
     if significance is not None and significance not in (*MODES, "off"):
         raise BadOptionError(f"--significance must be one of {', '.join(MODES)} or off, got "
                              f"{significance!r}")
+    if rare_clean_above is not None and noise_rate == "auto":
+        raise BadOptionError("--rare-clean-above lowers a threshold; it does not combine with "
+                             "--noise-rate")
     cut = Cut(clean_above, noisy_below, None if noise_rate in (None, "auto") else
-              float(noise_rate))
+              float(noise_rate), rare_clean_above, rare_count)
     cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
     config, initial = _matcher_config(
         columns, image_encoder, text_encoder, embed_dim, image_size, load_matcher, device,
@@ -539,8 +546,8 @@ def score(
         cut = Cut(clean_above, noisy_below, float(result.noise_rate))
 
     staged = time.perf_counter()
-    parts = partition(clean_prob, cut) if result.partition is None else \
-        np.asarray(result.partition, dtype=object).copy()
+    parts = partition(clean_prob, cut, caption_counts(features.text_group)) \
+        if result.partition is None else np.asarray(result.partition, dtype=object).copy()
     if significance is None:
         significance = result.significance or "specificity"
     stages = _run_stages(result, features, clean_prob, parts, significance,
@@ -559,6 +566,9 @@ def score(
                          "noise_rate": cut.noise_rate,
                          "noise_rate_source": "auto" if noise_rate == "auto" else
                          ("given" if noise_rate is not None else None),
+                         "rare_clean_above": cut.rare_clean_above,
+                         "rare_count": cut.rare_count if cut.rare_clean_above is not None
+                         else None,
                          "by": "method" if result.partition is not None else "cut"},
                  "significance": significance},
         save_matcher=save_matcher)

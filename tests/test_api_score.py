@@ -161,3 +161,20 @@ def test_cli_score_json_and_errors(noisy, tmp_path, capsys):
     assert len(err.splitlines()) == 1
     assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "-p", "epochs"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "--rare-clean-above",
+                 "0.1", "--noise-rate", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert "--rare-clean-above" in err and len(err.splitlines()) == 1
+
+
+def test_rare_clean_above_reaches_the_partition_and_the_sidecar(noisy, tmp_path):
+    plain = score(noisy, tmp_path / "plain.parquet", pseudo_captions=False)
+    # every caption counts as rare, and every pair is clean from 0: no pair is vague or noisy
+    loose = score(noisy, tmp_path / "loose.parquet", pseudo_captions=False,
+                  rare_clean_above=0.0, rare_count=10**6)
+    assert plain.partition_counts["noisy"] > 0
+    assert loose.partition_counts["noisy"] == loose.partition_counts["vague"] == 0
+    cut = json.loads((tmp_path / "loose.parquet.json").read_text())["cut"]
+    assert cut["rare_clean_above"] == 0.0 and cut["rare_count"] == 10**6
+    assert json.loads((tmp_path / "plain.parquet.json").read_text())["cut"][
+        "rare_clean_above"] is None

@@ -131,7 +131,11 @@ def _describe_cut(cut) -> str:
         return "?"
     if cut.get("noise_rate") is not None:
         return f"lowest {cut['noise_rate']:.1%} noisy"
-    return f"noisy < {cut.get('noisy_below')}, clean >= {cut.get('clean_above')}"
+    text = f"noisy < {cut.get('noisy_below')}, clean >= {cut.get('clean_above')}"
+    if cut.get("rare_clean_above") is not None:
+        text += (f" (>= {cut['rare_clean_above']} for captions seen at most "
+                 f"{cut.get('rare_count')} times)")
+    return text
 def render_retrain(out, summary) -> None:
     """The arms of ``ncclean retrain`` side by side: Recall@1/5/10 both ways and rSum."""
     from rich.table import Table

@@ -56,6 +56,14 @@ def score(
     noise_rate: Annotated[str | None, typer.Option(
         help="Cut by a noise rate instead: the lowest RATE share is noisy. A number, or 'auto' "
         "for the method's estimate.", rich_help_panel="Partition")] = None,
+    rare_clean_above: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="A lower clean threshold for pairs whose caption is rare (occurs "
+        "at most --rare-count times): a cut for training sets, which lose most through the rare "
+        "clean pairs a high threshold drops.", rich_help_panel="Partition",
+        show_default=False)] = None,
+    rare_count: Annotated[int, typer.Option(
+        min=1, help="How many times a caption may occur among the valid pairs and still count "
+        "as rare (--rare-clean-above).", rich_help_panel="Partition")] = 2,
     significance: Annotated[Literal["specificity", "update", "off"] | None, typer.Option(
         help="How clean pairs split into significant and insignificant: specificity (does the "
         "caption single out its image), update (SDD's memory-bank ratio), or off. Default: "
@@ -123,6 +131,7 @@ def score(
             image_encoder=image_encoder, text_encoder=text_encoder, embed_dim=embed_dim,
             image_size=image_size, seed=seed, device=device,
             clean_above=clean_above, noisy_below=noisy_below, noise_rate=rate,
+            rare_clean_above=rare_clean_above, rare_count=rare_count,
             significance=significance, significance_passes=significance_passes,
             pseudo_captions=pseudo_captions,
             load_matcher=load_matcher, save_matcher=save_matcher, checkpoint_dir=checkpoint_dir,

@@ -108,7 +108,9 @@ def _run_table(side: dict, counts: dict[str, int], n: int, estimate) -> str:
     cut = side.get("cut") or {}
     rows = [("method", side.get("method", "?")), ("seed", side.get("seed", "?")),
             ("clean at or above", cut.get("clean_above")), ("noisy below", cut.get("noisy_below")),
-            ("cut by noise rate", cut.get("noise_rate"))]
+            ("cut by noise rate", cut.get("noise_rate")),
+            ("clean at or above, captions seen at most "
+             f"{cut.get('rare_count')} times", cut.get("rare_clean_above"))]
     lo, hi = estimate.noisy_share_ci
     elo, ehi = estimate.expected_ci
     rows += [("noisy share of valid pairs", f"{estimate.noisy_share:.1%} (95% CI {lo:.1%} - "
