@@ -136,6 +136,8 @@ def _describe_cut(cut) -> str:
         text += (f" (>= {cut['rare_clean_above']} for captions seen at most "
                  f"{cut.get('rare_count')} times)")
     return text
+
+
 def render_retrain(out, summary) -> None:
     """The arms of ``ncclean retrain`` side by side: Recall@1/5/10 both ways and rSum."""
     from rich.table import Table
