@@ -30,11 +30,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ncclean.data.corpus import text_groups
-from ncclean.stages.partition import caption_counts
+from ncclean.evaluate.retrain import CLEAN
+from ncclean.stages.partition import Cut, caption_counts
 
 RULES = ("minus-noise", "minus-noise-rare", "minus-noise-repeated", "plus-dropped",
          "minus-noise-plus-rare", "minus-noise-plus-repeated")
-CLEAN = ("clean_significant", "clean_insignificant")
 
 
 def select(partition: np.ndarray, noisy: np.ndarray, rare: np.ndarray, rule: str) -> np.ndarray:
@@ -69,7 +69,7 @@ def main() -> None:
     captions = table.column("caption").to_pylist()
     counts = np.zeros(len(partition), dtype=np.int64)
     counts[valid] = caption_counts(text_groups([c for c, ok in zip(captions, valid) if ok]))
-    keep = select(partition, noisy, valid & (counts <= 2), args.rule)
+    keep = select(partition, noisy, valid & (counts <= Cut().rare_count), args.rule)
     new = np.where(~valid, "invalid", np.where(keep, "clean_significant", "vague"))
     table = table.set_column(table.schema.get_field_index("partition"), "partition",
                              pa.array(new.tolist(), pa.string()))
