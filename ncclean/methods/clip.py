@@ -9,7 +9,10 @@ Where the embeddings come from:
 
 - precomputed vectors (``--image-emb-col`` and ``--text-emb-col`` with the ``column`` towers):
   their raw cosine, no training at all. This is the CLIP score when the columns hold CLIP
-  embeddings (``ncclean embed --encoder clip`` writes them).
+  embeddings (``ncclean embed --encoder clip`` writes them). When they come from two unrelated
+  encoders (``align="cca"``, and by default whenever their widths differ) the cosine is taken
+  after a ridge CCA fitted on the corpus's own pairs puts both in one space
+  (:mod:`ncclean.methods.align`); this is ours, not DataComp's, which assumes a CLIP.
 - a pretrained CLIP (``clip`` towers: ``--clip-pretrained`` or ``--clip-checkpoint``): the raw
   cosine of its frozen features, computed (and cached) here; DataComp's CLIP score. With
   ``--finetune full`` the same cosine, computed by the whole model from pixels and tokens.
@@ -28,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ncclean.errors import BadOptionError
+from ncclean.methods.align import fit_alignment
 from ncclean.methods.base import Context, Method, MethodResult
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import Features
@@ -92,23 +96,36 @@ def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
 class Clip(Method):
     """Cosine similarity, then a two-component mixture (or ``keep_fraction``'s top-fraction
     rule); ``warmup_epochs``, ``batch_size`` and ``lr`` only matter when a matcher has to be
-    warmed up (see the module docstring)."""
+    warmed up (see the module docstring).
+
+    ``align`` (precomputed vectors only): ``"none"`` takes their raw cosine, ``"cca"`` first
+    fits a ridge CCA on the pairs (``align_dims`` directions, ``align_ridge`` shrinkage; see
+    :mod:`ncclean.methods.align`), ``"auto"`` aligns when the two widths differ."""
 
     name: ClassVar[str] = "clip"
     summary: ClassVar[str] = ("CLIP score (DataComp): cosine similarity of the pair's embeddings "
                               "with a mixture or a top-fraction cut; no training on embeddings")
     trains_matcher: ClassVar[bool] = False
+    default_rules: ClassVar[dict[str, str]] = {
+        "keep_fraction": "unset: the mixture's posterior, not a top fraction",
+        "warmup_epochs": "rule for the corpus size (only when a matcher is warmed up)",
+    }
 
     keep_fraction: float | None = None
     warmup_epochs: int | None = None
     batch_size: int = 128
     lr: float = 2e-4
+    align: str = "auto"
+    align_dims: int = 128
+    align_ridge: float = 100.0
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         if self.keep_fraction is not None and not 0.0 < self.keep_fraction <= 1.0:
             raise BadOptionError(f"keep_fraction must lie in (0, 1], got {self.keep_fraction}")
+        if self.align not in ("auto", "none", "cca"):
+            raise BadOptionError(f"align must be auto, none or cca, got {self.align!r}")
         config = context.matcher_config
-        matcher = None
+        matcher = alignment = None
         if context.initial is not None or (config is not None and config.finetune == "full"):
             matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
@@ -117,11 +134,20 @@ class Clip(Method):
             embeddings = raw_embeddings(features)
             source = "precomputed columns" if config.image_tower == "column" else \
                 f"CLIP {config.clip_model} ({config.clip_pretrained or config.clip_checkpoint})"
+            embeddings, alignment = self._aligned(embeddings, features)
+            if alignment is not None:
+                source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"
+        elif self.align == "cca":
+            raise BadOptionError("align=cca applies to precomputed vectors (--image-emb-col and "
+                                 "--text-emb-col) or a frozen CLIP; a matcher's embeddings "
+                                 "already share one space")
         else:
             matcher, embeddings, source = warmed_matcher(features, context, self.warmup_epochs,
                                                          self.batch_size, self.lr)
         similarity = embeddings.pair_similarity(features)
         report: dict = {"embeddings": source}
+        if alignment is not None:
+            report["alignment"] = alignment.describe()
         if self.keep_fraction is not None:
             clean_prob = top_fraction(similarity, self.keep_fraction)
             noise_rate = 1.0 - float(clean_prob.mean())
@@ -132,3 +158,19 @@ class Clip(Method):
         return MethodResult(clean_prob=clean_prob, columns={"clip_sim": similarity},
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
                             report=report)
+
+    def _aligned(self, embeddings: Embeddings, features: Features) -> tuple[Embeddings, Any]:
+        """The embeddings in a CCA space fitted on the pairs, with the fit, where ``align`` asks
+        for it; otherwise the embeddings as they are and ``None``."""
+        widths = embeddings.images.shape[1], embeddings.texts.shape[1]
+        if self.align == "none" and widths[0] != widths[1]:
+            raise BadOptionError(
+                f"the image and caption vectors have different widths ({widths[0]} and "
+                f"{widths[1]}), so they share no space to take a cosine in; use -p align=cca "
+                "(or leave align at auto) to fit one on the corpus")
+        if self.align == "none" or (self.align == "auto" and widths[0] == widths[1]):
+            return embeddings, None
+        alignment = fit_alignment(embeddings.images, embeddings.texts, features.image_group,
+                                  features.text_group, self.align_dims, self.align_ridge)
+        return Embeddings(images=alignment.project_images(embeddings.images),
+                          texts=alignment.project_texts(embeddings.texts)), alignment

@@ -172,3 +172,18 @@ def test_methods_lists_parameters_and_what_decides_an_unset_default(capsys):
     assert "-p score=...   default 'label'" in out
     code, out, _ = run(capsys, "methods", "gmm")
     assert code == 0 and "-p warmup_epochs=...   default rule for the corpus size" in out
+
+
+def test_clip_on_two_widths_without_alignment_is_one_line(capsys, tmp_path):
+    import numpy as np
+
+    rows = np.random.default_rng(0).normal(size=(20, 12)).astype(np.float32)
+    path = write_parquet(tmp_path / "emb.parquet", {"caption": [f"c{i}" for i in range(20)],
+                                                    "img": list(rows), "txt": list(rows[:, :5])})
+    code, _, err = run(capsys, "score", path, "-o", tmp_path / "o.parquet", "--method", "clip",
+                       "--image-emb-col", "img", "--text-emb-col", "txt", "-p", "align=none")
+    assert code == 2
+    assert_one_line_error(err, "different widths (12 and 5)", "align=cca")
+    code, _, err = run(capsys, "score", path, "-o", tmp_path / "o.parquet", "--method", "clip",
+                       "--image-emb-col", "img", "--text-emb-col", "txt")
+    assert code == 0, err

@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -51,3 +54,45 @@ def test_keep_fraction_is_datacomps_top_fraction_rule():
     features, config, _ = tiny_features(n_images=8)
     with pytest.raises(BadOptionError):
         Clip(keep_fraction=1.5).fit(features, Context(matcher_config=config))
+
+
+def two_encoder_corpus(path, rng, n=300, noisy=90):
+    """Image vectors 24 wide and caption vectors 10 wide that see one latent through different
+    maps; the first ``noisy`` captions belong to other images."""
+    latent = rng.normal(size=(n, 6))
+    image = latent @ rng.normal(size=(6, 24)) + 0.3 * rng.normal(size=(n, 24))
+    text = latent @ rng.normal(size=(6, 10)) + 0.3 * rng.normal(size=(n, 10))
+    text[:noisy] = text[n - noisy:][::-1]
+    write_parquet(path, {"caption": [f"c{i}" for i in range(n)],
+                         "img": list(image.astype(np.float32)),
+                         "txt": list(text.astype(np.float32))})
+    return np.arange(n) < noisy
+
+
+def test_vectors_from_two_encoders_are_aligned_on_the_corpus(tmp_path, rng):
+    truth = two_encoder_corpus(tmp_path / "emb.parquet", rng)
+    summary = api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                        params={"align_dims": 6})
+    table = pq.read_table(summary.output).to_pydict()
+    assert detection_metrics(truth, np.array(table["clean_prob"])).auroc > 0.95
+    report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
+    assert report["alignment"]["dims"] == 6
+    assert "aligned by a ridge CCA" in report["embeddings"]
+
+
+def test_raw_cosine_of_two_widths_is_refused_with_a_way_out(tmp_path, rng):
+    two_encoder_corpus(tmp_path / "emb.parquet", rng)
+    with pytest.raises(BadOptionError, match=r"different widths \(24 and 10\).*align=cca"):
+        api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
+                  columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                  params={"align": "none"})
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_alignment_settings_are_checked():
+    features, config, _ = tiny_features(n_images=8)
+    with pytest.raises(BadOptionError, match="align must be"):
+        Clip(align="pca").fit(features, Context(matcher_config=config))
+    with pytest.raises(BadOptionError, match="already share one space"):
+        Clip(align="cca").fit(features, Context(matcher_config=config))

@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+from ncclean.errors import BadOptionError
+from ncclean.evaluate.detection import detection_metrics
+from ncclean.methods.align import fit_alignment
+
+
+def two_encoders(rng, n=400, noisy=100):
+    """Images and captions that see one 6-d latent through different random maps and widths;
+    the first ``noisy`` captions belong to other images."""
+    latent = rng.normal(size=(n, 6))
+    images = latent @ rng.normal(size=(6, 24)) + 0.3 * rng.normal(size=(n, 24))
+    texts = latent @ rng.normal(size=(6, 10)) + 0.3 * rng.normal(size=(n, 10))
+    texts[:noisy] = texts[rng.permutation(noisy)[::-1] + n - noisy]
+    truth = np.arange(n) < noisy
+    return images.astype(np.float32), texts.astype(np.float32), truth
+
+
+def test_the_shared_space_ranks_mismatched_pairs_below_matched_ones(rng):
+    images, texts, truth = two_encoders(rng)
+    pairs = np.arange(len(images))
+    alignment = fit_alignment(images, texts, pairs, pairs, dims=6, ridge=0.1)
+    a, b = alignment.project_images(images), alignment.project_texts(texts)
+    assert a.shape == b.shape == (len(images), 6) and a.dtype == np.float32
+    assert np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-5)
+    similarity = (a * b).sum(1)
+    assert detection_metrics(truth, similarity).auroc > 0.95
+    # raw cosine is not even defined here (24 against 10 wide): the alignment is what scores
+
+
+def test_every_pair_counts_once_whatever_the_tables_share(rng):
+    images, texts, _ = two_encoders(rng, n=60, noisy=0)
+    image_group = rng.integers(0, 20, size=150)  # 20 images, most in several pairs
+    text_group = rng.integers(0, 60, size=150)
+    shared = fit_alignment(images[:20], texts, image_group, text_group, dims=4, ridge=1.0)
+    spelled = fit_alignment(images[image_group], texts[text_group], np.arange(150),
+                            np.arange(150), dims=4, ridge=1.0)
+    assert np.allclose(shared.correlations, spelled.correlations, atol=1e-5)
+    assert np.allclose(np.abs((shared.project_images(images[:5]) *
+                               spelled.project_images(images[:5])).sum(1)), 1, atol=1e-4)
+
+
+def test_dims_are_capped_at_the_narrower_width_and_recorded(rng):
+    images, texts, _ = two_encoders(rng, n=50, noisy=0)
+    pairs = np.arange(50)
+    alignment = fit_alignment(images, texts, pairs, pairs, dims=128)
+    assert alignment.dims == 10
+    record = alignment.describe()
+    assert record["dims"] == 10 and record["ridge"] == 100.0
+    assert record["top_correlations"] == sorted(record["top_correlations"], reverse=True)
+
+
+@pytest.mark.parametrize("dims, ridge", [(0, 1.0), (4, -1.0)])
+def test_bad_settings_are_refused(rng, dims, ridge):
+    images, texts, _ = two_encoders(rng, n=20, noisy=0)
+    with pytest.raises(BadOptionError):
+        fit_alignment(images, texts, np.arange(20), np.arange(20), dims=dims, ridge=ridge)
