@@ -33,7 +33,8 @@ _BLOCK = 16384
 @dataclass(frozen=True)
 class Alignment:
     """A fitted CCA: ``project_images(x)`` for ``(n, d_image)`` vectors and ``project_texts``
-    for ``(n, d_text)`` give ``(n, dims) float32`` unit vectors in the shared space.
+    for ``(n, d_text)`` give ``(n, dims)`` unit vectors in the shared space, float16 for float16
+    input (as the embeddings of precomputed half-precision columns are kept), else float32.
 
     ``correlations``: ``(dims,) float64``, the canonical correlations of the kept directions,
     largest first (shrunk by the ridge, so below the unregularised ones)."""
@@ -130,7 +131,8 @@ def _whitener(cov: np.ndarray, ridge: float) -> np.ndarray:
 
 
 def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray) -> np.ndarray:
-    out = torch.empty((len(vectors), projection.shape[1]), dtype=torch.float32)
+    dtype = torch.float16 if vectors.dtype == np.float16 else torch.float32
+    out = torch.empty((len(vectors), projection.shape[1]), dtype=dtype)
     projection_t = torch.from_numpy(projection)
     offset = torch.from_numpy(mean) @ projection_t
     for start in range(0, len(vectors), _BLOCK):
