@@ -70,11 +70,11 @@ def fit_alignment(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray
     (any float dtype); ``image_group`` and ``text_group`` ``(n_pairs,) int64`` say which entries
     form each pair, and every pair counts once (an image in three pairs counts three times).
     ``dims`` is capped at the narrower width. Raises :class:`BadOptionError` for a ``dims`` below
-    1, a negative ``ridge`` or fewer than two pairs."""
+    1, a ``ridge`` that is not positive or fewer than two pairs."""
     if dims < 1:
         raise BadOptionError(f"align_dims must be at least 1, got {dims}")
-    if ridge < 0:
-        raise BadOptionError(f"align_ridge must not be negative, got {ridge}")
+    if not ridge > 0:  # without shrinkage the whitening fails wherever a width exceeds the pairs
+        raise BadOptionError(f"align_ridge must be positive, got {ridge}")
     if len(image_group) < 2:
         raise BadOptionError("aligning two encoders needs at least two pairs")
     (image_mean, text_mean), (image_cov, text_cov, cross) = _pair_moments(

@@ -51,7 +51,7 @@ def test_dims_are_capped_at_the_narrower_width_and_recorded(rng):
     assert record["top_correlations"] == sorted(record["top_correlations"], reverse=True)
 
 
-@pytest.mark.parametrize("dims, ridge", [(0, 1.0), (4, -1.0)])
+@pytest.mark.parametrize("dims, ridge", [(0, 1.0), (4, -1.0), (4, 0.0)])
 def test_bad_settings_are_refused(rng, dims, ridge):
     images, texts, _ = two_encoders(rng, n=20, noisy=0)
     with pytest.raises(BadOptionError):
