@@ -32,9 +32,9 @@ _BLOCK = 16384
 
 @dataclass(frozen=True)
 class Alignment:
-    """A fitted CCA: ``project_images(x)`` for ``(n, d_image)`` vectors and ``project_texts``
-    for ``(n, d_text)`` give ``(n, dims)`` unit vectors in the shared space, float16 for float16
-    input (as the embeddings of precomputed half-precision columns are kept), else float32.
+    """A fitted CCA: ``project_images(x, dtype)`` for ``(n, d_image)`` vectors and
+    ``project_texts`` for ``(n, d_text)`` give ``(n, dims)`` unit vectors in the shared space,
+    stored as ``dtype`` (``np.float32`` or ``np.float16``).
 
     ``correlations``: ``(dims,) float64``, the canonical correlations of the kept directions,
     largest first (shrunk by the ridge, so below the unregularised ones)."""
@@ -50,11 +50,11 @@ class Alignment:
     def dims(self) -> int:
         return len(self.correlations)
 
-    def project_images(self, vectors: np.ndarray) -> np.ndarray:
-        return _project(vectors, self.image_mean, self.image_projection)
+    def project_images(self, vectors: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+        return _project(vectors, self.image_mean, self.image_projection, dtype)
 
-    def project_texts(self, vectors: np.ndarray) -> np.ndarray:
-        return _project(vectors, self.text_mean, self.text_projection)
+    def project_texts(self, vectors: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+        return _project(vectors, self.text_mean, self.text_projection, dtype)
 
     def describe(self) -> dict:
         """The report's record of the fit."""
@@ -131,9 +131,9 @@ def _whitener(cov: np.ndarray, ridge: float) -> np.ndarray:
     return np.linalg.inv(factor).T
 
 
-def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray) -> np.ndarray:
-    dtype = torch.float16 if vectors.dtype == np.float16 else torch.float32
-    out = torch.empty((len(vectors), projection.shape[1]), dtype=dtype)
+def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray,
+             dtype: type) -> np.ndarray:
+    out = torch.from_numpy(np.empty((len(vectors), projection.shape[1]), dtype=dtype))
     projection_t = torch.from_numpy(projection)
     offset = torch.from_numpy(mean) @ projection_t
     for start in range(0, len(vectors), _BLOCK):

@@ -172,5 +172,6 @@ class Clip(Method):
             return embeddings, None
         alignment = fit_alignment(embeddings.images, embeddings.texts, features.image_group,
                                   features.text_group, self.align_dims, self.align_ridge)
-        return Embeddings(images=alignment.project_images(embeddings.images),
-                          texts=alignment.project_texts(embeddings.texts)), alignment
+        dtype = kept_dtype(features)
+        return Embeddings(images=alignment.project_images(embeddings.images, dtype),
+                          texts=alignment.project_texts(embeddings.texts, dtype)), alignment

@@ -58,13 +58,13 @@ def test_bad_settings_are_refused(rng, dims, ridge):
         fit_alignment(images, texts, np.arange(20), np.arange(20), dims=dims, ridge=ridge)
 
 
-def test_half_precision_vectors_stay_half_precision(rng):
+def test_half_precision_vectors_fit_and_project_as_full_precision_ones_do(rng):
     images, texts, _ = two_encoders(rng, n=80, noisy=0)
     pairs = np.arange(80)
     half = fit_alignment(images.astype(np.float16), texts.astype(np.float16), pairs, pairs, dims=4)
     full = fit_alignment(images, texts, pairs, pairs, dims=4)
-    a, b = half.project_images(images.astype(np.float16)), half.project_texts(
-        texts.astype(np.float16))
+    a = half.project_images(images.astype(np.float16), np.float16)
+    b = half.project_texts(texts.astype(np.float16), np.float16)
     assert a.dtype == b.dtype == np.float16
     similarity = (a.astype(np.float32) * b).sum(1)
     expected = (full.project_images(images) * full.project_texts(texts)).sum(1)
