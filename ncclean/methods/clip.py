@@ -104,7 +104,8 @@ class Clip(Method):
 
     name: ClassVar[str] = "clip"
     summary: ClassVar[str] = ("CLIP score (DataComp): cosine similarity of the pair's embeddings "
-                              "with a mixture or a top-fraction cut; no training on embeddings")
+                              "with a mixture or a top-fraction cut; no training on embeddings "
+                              "(two encoders' columns: a CCA fitted on the corpus first)")
     trains_matcher: ClassVar[bool] = False
     default_rules: ClassVar[dict[str, str]] = {
         "keep_fraction": "unset: the mixture's posterior, not a top fraction",
