@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ncclean.errors import BadOptionError
-from ncclean.methods.align import fit_alignment
+from ncclean.methods.align import Alignment, fit_alignment
 from ncclean.methods.base import Context, Method, MethodResult
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import Features
@@ -160,7 +160,8 @@ class Clip(Method):
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
                             report=report)
 
-    def _aligned(self, embeddings: Embeddings, features: Features) -> tuple[Embeddings, Any]:
+    def _aligned(self, embeddings: Embeddings,
+                 features: Features) -> tuple[Embeddings, Alignment | None]:
         """The embeddings in a CCA space fitted on the pairs, with the fit, where ``align`` asks
         for it; otherwise the embeddings as they are and ``None``."""
         widths = embeddings.images.shape[1], embeddings.texts.shape[1]
