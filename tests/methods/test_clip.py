@@ -96,3 +96,34 @@ def test_alignment_settings_are_checked():
         Clip(align="pca").fit(features, Context(matcher_config=config))
     with pytest.raises(BadOptionError, match="already share one space"):
         Clip(align="cca").fit(features, Context(matcher_config=config))
+
+
+def test_the_noise_rate_comes_from_shuffled_pairs_cross_fitted_when_aligned(tmp_path, rng):
+    truth = two_encoder_corpus(tmp_path / "emb.parquet", rng, n=600, noisy=180)
+    summary = api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                        params={"align_dims": 6}, noise_rate="auto")
+    sidecar = json.loads(Path(f"{summary.output}.json").read_text())
+    null = sidecar["report"]["null"]
+    assert null["folds"] == 5 and null["pairs"] == 600
+    assert sidecar["estimated_noise_rate"] == null["noise_rate"] == sidecar["cut"]["noise_rate"]
+    assert null["noise_rate"] == pytest.approx(truth.mean(), abs=0.06)
+    noisy = np.array(pq.read_table(summary.output).column("partition").to_pylist()) == "noisy"
+    assert noisy.mean() == pytest.approx(null["noise_rate"], abs=1 / 600)
+
+
+def test_a_fixed_space_needs_no_folds_and_a_warmed_matcher_gets_no_null(tmp_path, rng):
+    n = 400
+    image = rng.normal(size=(n, 16)).astype(np.float32)
+    text = image + 0.3 * rng.normal(size=(n, 16)).astype(np.float32)
+    text[:100] = text[100:200][::-1]
+    write_parquet(tmp_path / "emb.parquet", {"caption": [f"c{i}" for i in range(n)],
+                                             "img": list(image), "txt": list(text)})
+    summary = api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
+    null = json.loads(Path(f"{summary.output}.json").read_text())["report"]["null"]
+    assert null["folds"] == 1 and null["noise_rate"] == pytest.approx(0.25, abs=0.05)
+    features, config, _ = tiny_features(n_images=20)
+    warmed = Clip(warmup_epochs=1, batch_size=32).fit(features, Context(matcher_config=config))
+    assert "null" not in warmed.report
+    assert warmed.noise_rate == warmed.report["mixture"]["noise_rate"]
