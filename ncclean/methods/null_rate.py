@@ -67,6 +67,8 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
     chosen = np.sort(rng.choice(n, size=min(n, sample), replace=False))
     fold_of = rng.permutation(len(chosen)) % folds
     below = scored = null_total = 0
+    if len(chosen) < folds * MIN_PAIRS:
+        return None
     for fold in range(folds):
         held = chosen[fold_of == fold]
         cosine = space(None if folds == 1 else chosen[fold_of != fold])
@@ -77,7 +79,7 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
                 (text_group[other] != text_group[held])
             nulls.append(cosine(image_group[held[mismatched]], text_group[other[mismatched]]))
         null = np.concatenate(nulls)
-        if len(held) < MIN_PAIRS or len(null) < MIN_PAIRS:
+        if len(null) < MIN_PAIRS:
             return None
         scores = cosine(image_group[held], text_group[held])
         below += int((scores < np.quantile(null, alpha)).sum())
