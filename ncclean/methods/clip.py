@@ -197,29 +197,24 @@ class Clip(Method):
                           texts=alignment.project_texts(embeddings.texts, dtype)), alignment
 
 
-def _pair_cosine(images: np.ndarray, texts: np.ndarray, block: int = 8192) -> np.ndarray:
-    """Row-wise cosine of two ``(n, d)`` arrays of unit vectors, in float32 blocks."""
-    return np.concatenate([
-        np.einsum("nd,nd->n", images[i:i + block].astype(np.float32),
-                  texts[i:i + block].astype(np.float32))
-        for i in range(0, len(images), block)] or [np.zeros(0, dtype=np.float32)])
-
-
 def _fixed_space(embeddings: Embeddings) -> Space:
     """The embeddings' own space, fitted on nothing in the corpus: its shuffled pairs are a
     null as they are (:mod:`ncclean.methods.null_rate`)."""
-    def cosine(image_entries: np.ndarray, text_entries: np.ndarray) -> np.ndarray:
-        return _pair_cosine(embeddings.images[image_entries], embeddings.texts[text_entries])
-    return lambda fit: cosine
+    return lambda fit: embeddings.similarity
 
 
 def _cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> Space:
     """A CCA space fitted on the pairs ``fit`` only, so that the other pairs and their shuffles
-    are scored out of sample."""
+    are scored out of sample. Each distinct entry is projected once."""
     def space(fit: np.ndarray | None) -> Cosine:
         alignment = fit_alignment(raw.images, raw.texts, features.image_group[fit],
                                   features.text_group[fit], dims, ridge)
-        return lambda image_entries, text_entries: _pair_cosine(
-            alignment.project_images(raw.images[image_entries]),
-            alignment.project_texts(raw.texts[text_entries]))
+
+        def cosine(image_entries: np.ndarray, text_entries: np.ndarray) -> np.ndarray:
+            images, image_at = np.unique(image_entries, return_inverse=True)
+            texts, text_at = np.unique(text_entries, return_inverse=True)
+            projected = Embeddings(images=alignment.project_images(raw.images[images]),
+                                   texts=alignment.project_texts(raw.texts[texts]))
+            return projected.similarity(image_at, text_at)
+        return cosine
     return space

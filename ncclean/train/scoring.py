@@ -50,12 +50,17 @@ class Embeddings:
 
     def pair_similarity(self, features: Features) -> np.ndarray:
         """``(n_pairs,) float32``: the cosine of each pair."""
-        out = np.empty(features.n_pairs, dtype=np.float32)
-        for start in range(0, features.n_pairs, _BLOCK):
+        return self.similarity(features.image_group, features.text_group)
+
+    def similarity(self, image_entries: np.ndarray, text_entries: np.ndarray) -> np.ndarray:
+        """``(n,) float32``: the cosine of ``images[image_entries[k]]`` and
+        ``texts[text_entries[k]]`` for each ``k``, block by block."""
+        out = np.empty(len(image_entries), dtype=np.float32)
+        for start in range(0, len(out), _BLOCK):
             stop = start + _BLOCK
             out[start:stop] = np.einsum(
-                "nd,nd->n", self.images[features.image_group[start:stop]].astype(np.float32),
-                self.texts[features.text_group[start:stop]].astype(np.float32))
+                "nd,nd->n", self.images[image_entries[start:stop]].astype(np.float32),
+                self.texts[text_entries[start:stop]].astype(np.float32))
         return out
 
 
