@@ -10,6 +10,12 @@ captions score lower than those with repeated ones, and the mixture estimated 35
 19% was injected and 52% where 75% was (``benchmarks/RESULTS.md``, "A noise rate from shuffled
 pairs").
 
+The same two samples give each pair a clean probability: one minus the local false discovery
+rate, ``noise_rate * f0(s) / f(s)`` (Efron), with ``f0`` the shuffled pairs' density of scores
+and ``f`` the real pairs'. It is calibrated as a mixture's posterior is not: on clip art a
+mixture's 0.5 cut promised 13% noise on a set that held 50%, and called 48% of a corpus with no
+injected noise noisy (:meth:`NullEstimate.clean_prob`).
+
 The null is only a null for pairs the space was not fitted on. A space fitted on the corpus
 (the CCA of :mod:`ncclean.methods.align`) fits its noisy pairs too and lifts their scores above
 the shuffled ones (in-sample the estimate fell to 14% for 19%), so such a space is cross-fitted:
@@ -21,7 +27,7 @@ neither, and gets no estimate here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,17 +42,53 @@ MIN_PAIRS = 50  # per fold: fewer scored pairs or shuffled pairs give no estimat
 @dataclass(frozen=True)
 class NullEstimate:
     """``noise_rate`` in [0, 1], from ``pairs`` sampled pairs scored in ``folds`` folds (1: a
-    fixed space) against ``null_pairs`` shuffled ones."""
+    fixed space) against ``null_pairs`` shuffled ones; ``scores`` and ``null`` hold those
+    cosines, each fold's less its shuffled pairs' ``alpha``-quantile (the folds' fits differ in
+    scale), so ``noise_rate`` is the share of ``scores`` below 0 over ``alpha``."""
 
     noise_rate: float
     pairs: int
     null_pairs: int
     folds: int
+    scores: np.ndarray = field(repr=False, compare=False)
+    null: np.ndarray = field(repr=False, compare=False)
     alpha: float = ALPHA
 
     def describe(self) -> dict:
         return {"noise_rate": self.noise_rate, "pairs": self.pairs,
                 "null_pairs": self.null_pairs, "folds": self.folds, "alpha": self.alpha}
+
+    def clean_prob(self, similarity: np.ndarray) -> np.ndarray:
+        """``(n,) float64``: one minus the local false discovery rate of each pair of the corpus,
+        ``noise_rate * f0(s) / f(s)`` (Efron), with ``f0`` the shuffled pairs' density and ``f``
+        the sampled pairs'. Their ratio comes from an isotonic regression of "shuffled" on the
+        score over both samples, so it falls as the score rises and needs no bins.
+
+        ``similarity`` ``(n,)`` ranks the pairs; each pair is read at the sampled score of its
+        own rank (quantile). So the ranking stays the in-sample one, which ranks captions seen
+        once or twice better than the folds do (AUROC 0.911 against 0.894 on clip art at 50%),
+        and the scale is the folds', on which the shuffled pairs are a null."""
+        from sklearn.isotonic import IsotonicRegression
+
+        similarity = np.asarray(similarity, dtype=np.float64)
+        if len(similarity) == 0:
+            return np.zeros(0)
+        # each distinct similarity at the middle of its ranks, so equal ones stay equal
+        _, inverse, counts = np.unique(similarity, return_inverse=True, return_counts=True)
+        middle_rank = np.cumsum(counts) - counts / 2
+        at = np.quantile(self.scores, middle_rank / len(similarity))[inverse]
+        shuffled = IsotonicRegression(increasing=False, y_min=0.0, y_max=1.0,
+                                      out_of_bounds="clip").fit(
+            np.concatenate([self.scores, self.null]),
+            np.concatenate([np.zeros(len(self.scores)), np.ones(len(self.null))]))
+        # The fit is a staircase; joining the middles of its steps keeps pairs on one step
+        # apart, so the probability ranks them as their similarity does.
+        steps = np.r_[0, np.flatnonzero(np.diff(shuffled.y_thresholds_)) + 1]
+        ends = np.r_[steps[1:], len(shuffled.y_thresholds_)] - 1
+        middles = (shuffled.X_thresholds_[steps] + shuffled.X_thresholds_[ends]) / 2
+        p = np.interp(at, middles, shuffled.y_thresholds_[steps])
+        ratio = len(self.scores) / len(self.null) * p / np.maximum(1.0 - p, 1e-12)
+        return 1.0 - np.clip(self.noise_rate * ratio, 0.0, 1.0)
 
 
 def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarray, *,
@@ -66,9 +108,9 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
     n = len(image_group)
     chosen = np.sort(rng.choice(n, size=min(n, sample), replace=False))
     fold_of = rng.permutation(len(chosen)) % folds
-    below = scored = null_total = 0
     if len(chosen) < folds * MIN_PAIRS:
         return None
+    all_scores, all_nulls = [], []
     for fold in range(folds):
         held = chosen[fold_of == fold]
         cosine = space(None if folds == 1 else chosen[fold_of != fold])
@@ -81,9 +123,11 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
         null = np.concatenate(nulls)
         if len(null) < MIN_PAIRS:
             return None
-        scores = cosine(image_group[held], text_group[held])
-        below += int((scores < np.quantile(null, alpha)).sum())
-        scored += len(held)
-        null_total += len(null)
-    return NullEstimate(noise_rate=min(1.0, below / scored / alpha), pairs=scored,
-                        null_pairs=null_total, folds=folds, alpha=alpha)
+        # each fold's fit has its own scale: measured from its own null's alpha-quantile
+        middle = np.quantile(null, alpha)
+        all_scores.append(cosine(image_group[held], text_group[held]) - middle)
+        all_nulls.append(null - middle)
+    scores, null = np.concatenate(all_scores), np.concatenate(all_nulls)
+    below = (scores < 0).mean()
+    return NullEstimate(noise_rate=float(min(1.0, below / alpha)), pairs=len(scores),
+                        null_pairs=len(null), folds=folds, scores=scores, null=null, alpha=alpha)

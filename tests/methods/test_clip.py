@@ -44,8 +44,15 @@ def test_precomputed_columns_need_no_training(tmp_path, rng):
         np.linalg.norm(text, axis=1)
     assert np.allclose(sim, expected, atol=1e-5)
     prob = np.array(table["clean_prob"])
-    assert prob[:50].max() < 0.5 < prob[50:].min()
+    truth = np.arange(n) < 50
+    assert detection_metrics(truth, prob).auroc == detection_metrics(truth, sim).auroc > 0.95
+    assert np.median(prob[:50]) < 0.1 and np.median(prob[50:]) > 0.9
     assert summary.seconds["method"] < 5
+    mixture = api.score(tmp_path / "emb.parquet", tmp_path / "m.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                        params={"posterior": "mixture"})
+    prob = np.array(pq.read_table(mixture.output).column("clean_prob").to_pylist())
+    assert prob[:50].max() < 0.5 < prob[50:].min()
 
 
 def test_keep_fraction_is_datacomps_top_fraction_rule():
@@ -127,3 +134,18 @@ def test_a_fixed_space_needs_no_folds_and_a_warmed_matcher_gets_no_null(tmp_path
     warmed = Clip(warmup_epochs=1, batch_size=32).fit(features, Context(matcher_config=config))
     assert "null" not in warmed.report
     assert warmed.noise_rate == warmed.report["mixture"]["noise_rate"]
+
+
+def test_a_clean_corpus_is_called_clean(tmp_path, rng):
+    two_encoder_corpus(tmp_path / "emb.parquet", rng, n=600, noisy=0)
+    summary = api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                        params={"align_dims": 6})
+    partition = pq.read_table(summary.output).column("partition").to_pylist()
+    assert partition.count("noisy") / 600 < 0.05 and summary.noise_rate < 0.05
+    report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
+    assert "false discovery rate" in report["posterior"] and "mixture" not in report
+    with pytest.raises(BadOptionError, match="posterior must be"):
+        api.score(tmp_path / "emb.parquet", tmp_path / "x.parquet", method="clip",
+                  columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                  params={"posterior": "gmm"})

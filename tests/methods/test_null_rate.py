@@ -64,3 +64,20 @@ def test_too_few_pairs_or_a_single_caption_give_no_estimate(rng):
     assert null_noise_rate(fixed(images, texts), pairs, pairs, folds=5) is None  # 40 a fold
     one_caption = np.zeros(200, dtype=np.int64)  # every shuffled pair shares the caption
     assert null_noise_rate(fixed(images, texts), pairs, one_caption, folds=1) is None
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.2, 0.6])
+def test_clean_prob_says_how_likely_a_pair_is_clean(rng, rate):
+    n = 4000
+    images, texts = shared_space(rng, n, int(rate * n))
+    truth = np.arange(n) < int(rate * n)
+    pairs = np.arange(n)
+    estimate = null_noise_rate(fixed(images, texts), pairs, pairs, folds=1)
+    similarity = np.einsum("nd,nd->n", images, texts)
+    clean_prob = estimate.clean_prob(similarity)
+    order = np.argsort(similarity)
+    assert np.all(np.diff(clean_prob[order]) >= 0)  # ranked as the similarity ranks
+    kept = clean_prob >= 0.8
+    # what it promises about the pairs it calls clean is what they hold
+    assert np.mean(1 - clean_prob[kept]) == pytest.approx(truth[kept].mean(), abs=0.03)
+    assert (clean_prob < 0.5).mean() == pytest.approx(rate, abs=0.05)
