@@ -842,6 +842,7 @@ class RetrainSummary:
     text_encoder: str
     arms: dict[str, dict]
     gap_recovered: float | None
+    n_valid: int | None = None  # the scored corpus's valid pairs, which the arms select from
 
     def as_dict(self) -> dict:
         return _as_dict(self)
@@ -1016,4 +1017,5 @@ def retrain(
                           steps=steps, schedule=schedule, seed=seed, keep=keep,
                           pseudo_captions=pseudo_captions,
                           image_encoder=config.image_tower, text_encoder=config.text_tower,
-                          arms=results, gap_recovered=gap_recovered(results, arm.name))
+                          arms=results, gap_recovered=gap_recovered(results, arm.name),
+                          n_valid=features.n_pairs)

@@ -142,7 +142,7 @@ def render_retrain(out, summary) -> None:
     """The arms of ``ncclean retrain`` side by side: Recall@1/5/10 both ways and rSum."""
     from rich.table import Table
 
-    from ncclean.evaluate.retrain import FALLING, RISING
+    from ncclean.evaluate.retrain import FALLING, RISING, SMALL
 
     kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
     table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
@@ -179,6 +179,12 @@ def render_retrain(out, summary) -> None:
         out.print(f"  [yellow]past its best[/] ({peaks}; means over 3 evaluations): the matcher "
                   "overfits its selection before the last step, so the last readings understate "
                   "it; compare the arms over their curves or with fewer --steps")
+    cleaned = summary.arms.get("cleaned", {}).get("n_pairs")
+    if summary.n_valid and cleaned is not None and cleaned < SMALL * summary.n_valid:
+        out.print(f"  [yellow]a small selection[/] ({cleaned:,} of {summary.n_valid:,} valid "
+                  f"pairs, {cleaned / summary.n_valid:.1%}): so few pairs can train a worse "
+                  "matcher than the raw corpus; a calibrated cut keeps few when most pairs are "
+                  "noisy (docs/thresholds.md, \"To train on\")")
     if summary.gap_recovered is not None:
         out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
                   "rSum gap")

@@ -52,6 +52,7 @@ KEEPS = ("clean", "clean+vague", "weighted")
 SCHEDULES = ("cosine", "constant")
 RISING = 5.0  # rSum per 1,000 steps over a curve's second half: the arm was still improving
 FALLING = 5.0  # rSum between a curve's best stretch and its end: the arm was past its best
+SMALL = 0.1  # a cleaned arm with under this share of the valid pairs: warn that it is small
 CLEAN = ("clean_significant", "clean_insignificant")
 
 

@@ -14,7 +14,7 @@ how likely each pair is to be clean, read two ways:
 - otherwise (a matcher trained on the corpus, or ``posterior="mixture"``), the posterior of the
   higher-mean component of the shared two-component mixture fitted to the similarities, and its
   noisy weight as the estimate. A mixture always finds two components: on those truly clean
-  pairs it called 48% noisy, and it estimated 35 / 46 / 52% for the injected 19 / 47 / 75%.
+  pairs it called 48.7% noisy, and it estimated 35 / 46 / 52% for the injected 19 / 47 / 75%.
 
 Where the embeddings come from:
 

@@ -13,7 +13,7 @@ pairs").
 The same two samples give each pair a clean probability: one minus the local false discovery
 rate, ``noise_rate * f0(s) / f(s)`` (Efron), with ``f0`` the shuffled pairs' density of scores
 and ``f`` the real pairs'. It is calibrated as a mixture's posterior is not: on clip art a
-mixture's 0.5 cut promised 13% noise on a set that held 50%, and called 48% of a corpus with no
+mixture's 0.5 cut promised 13% noise on a set that held 50%, and called 48.7% of a corpus with no
 injected noise noisy (:meth:`NullEstimate.clean_prob`).
 
 The null is only a null for pairs the space was not fitted on. A space fitted on the corpus

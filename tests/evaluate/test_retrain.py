@@ -147,14 +147,14 @@ def test_rendering_warns_when_an_arm_is_still_improving_or_past_its_best():
     arm = {"n_pairs": 5, "strict": metrics, "by_text": metrics, "curve": [], "late_slope": 1.0,
            "best": {"step": 400, "rsum": 12.0, "drop": 2.0}}
 
-    def printed(slope, drop=2.0):
+    def printed(slope, drop=2.0, n_valid=None):
         buffer = StringIO()
         summary = RetrainSummary(
             input=Path("in.parquet"), test=Path("test.parquet"), n_test=3, steps=10,
             schedule="constant", seed=0, keep="clean", pseudo_captions=False,
             image_encoder="pixels", text_encoder="tokens", gap_recovered=None,
             arms={"cleaned": arm | {"best": arm["best"] | {"drop": drop}},
-                  "noisy": arm | {"late_slope": slope}})
+                  "noisy": arm | {"late_slope": slope}}, n_valid=n_valid)
         render_retrain(Console(file=buffer, width=200), summary)
         return buffer.getvalue()
 
@@ -163,6 +163,9 @@ def test_rendering_warns_when_an_arm_is_still_improving_or_past_its_best():
     assert "past its best" in printed(2.0, drop=6.5)
     assert "cleaned 12.0 near step 400, 6.5 lower" in printed(2.0, drop=6.5)
     assert "past its best" not in printed(2.0)
+    assert "a small selection (5 of 60 valid pairs, 8.3%)" in printed(2.0, n_valid=60)
+    assert "small selection" not in printed(2.0, n_valid=50)
+    assert "small selection" not in printed(2.0)
 
 
 def test_cli_retrain_json_and_errors(scored, capsys):
