@@ -964,6 +964,10 @@ def retrain(
     if pseudo_captions and "pseudo_caption_id" not in scored.source.schema.names:
         raise SchemaError(f"{input} has no pseudo_caption_id column; score it with "
                           "pseudo-captions on")
+    if keep == "significant" and scored.sidecar.get("significance") == "off":
+        raise BadOptionError(f"{input} was scored with --significance off, so every clean pair "
+                             "is clean_significant; score it with the significance stage on, or "
+                             "use --keep clean")
     settings = scored.sidecar.get("matcher", {})
     config = _override_towers(
         MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),

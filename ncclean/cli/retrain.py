@@ -16,9 +16,10 @@ def retrain(
     test: Annotated[Path, typer.Option(
         help="Held-out test pairs (Parquet), never seen by the scoring run.",
         show_default=False)],
-    keep: Annotated[Literal["clean", "clean+vague", "weighted"], typer.Option(
-        help="What to train on: the clean partitions, clean and vague, or every pair weighted "
-        "by clean_prob.")] = "clean",
+    keep: Annotated[Literal["clean", "significant", "clean+vague", "weighted"], typer.Option(
+        help="What to train on: the clean partitions, clean_significant alone (no "
+        "correct-but-empty captions), clean and vague, or every pair weighted by "
+        "clean_prob.")] = "clean",
     pseudo_captions: Annotated[bool, typer.Option(
         "--pseudo-captions", help="Train the noisy pairs with their suggested captions.")]
     = False,

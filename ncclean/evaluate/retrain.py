@@ -3,9 +3,10 @@
 Each *arm* trains a fresh plain matcher (no noise handling) on a selection of the scored corpus
 and evaluates image-to-text and text-to-image Recall@K on a held-out test set:
 
-- ``cleaned``: the pairs the cleaner kept (``keep``: ``clean``, ``clean+vague``, or ``weighted``,
-  all valid pairs with ``clean_prob`` as the loss weight), optionally with the ``noisy`` pairs'
-  captions replaced by their pseudo-captions;
+- ``cleaned``: the pairs the cleaner kept (``keep``: ``clean``, ``significant`` (the
+  ``clean_significant`` partition alone), ``clean+vague``, or ``weighted``, all valid pairs with
+  ``clean_prob`` as the loss weight), optionally with the ``noisy`` pairs' captions replaced by
+  their pseudo-captions;
 - ``noisy`` (the baseline): every valid pair, as a plain matcher would see the raw corpus;
 - ``oracle``: the truly clean pairs (``noisy_gt`` false), when the corpus has injected noise.
 
@@ -48,7 +49,7 @@ from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import contrastive_ce, negative_mask
 from ncclean.train.scoring import embed
 
-KEEPS = ("clean", "clean+vague", "weighted")
+KEEPS = ("clean", "significant", "clean+vague", "weighted")
 SCHEDULES = ("cosine", "constant")
 RISING = 5.0  # rSum per 1,000 steps over a curve's second half: the arm was still improving
 FALLING = 5.0  # rSum between a curve's best stretch and its end: the arm was past its best
@@ -90,7 +91,8 @@ def cleaned_arm(partition: np.ndarray, clean_prob: np.ndarray, keep: str,
         chosen = np.ones(n, dtype=bool)
         weights = np.clip(np.nan_to_num(clean_prob, nan=0.0), 0.0, 1.0)
     else:
-        names = CLEAN + (("vague",) if keep == "clean+vague" else ())
+        names = {"clean": CLEAN, "significant": CLEAN[:1],
+                 "clean+vague": CLEAN + ("vague",)}[keep]
         chosen = np.isin(partition, names)
         weights = np.ones(n)
     text_group = None

@@ -1,9 +1,11 @@
 """``retrain``: arm selection, the step budget, and the command end to end on a tiny corpus."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from ncclean import api
@@ -28,6 +30,7 @@ def test_cleaned_arm_selections():
                           "noisy"], dtype=object)
     prob = np.array([0.9, 0.85, 0.6, 0.2, 0.1])
     assert cleaned_arm(partition, prob, "clean").pairs.tolist() == [0, 1]
+    assert cleaned_arm(partition, prob, "significant").pairs.tolist() == [0]
     assert cleaned_arm(partition, prob, "clean+vague").pairs.tolist() == [0, 1, 2]
     weighted = cleaned_arm(partition, prob, "weighted")
     assert weighted.pairs.tolist() == [0, 1, 2, 3, 4] and np.allclose(weighted.weights, prob)
@@ -183,6 +186,22 @@ def test_cli_retrain_json_and_errors(scored, capsys):
         api.retrain(path.parent / "noisy.parquet", test)
     with pytest.raises(BadOptionError):
         api.retrain(path, test, steps=0)
+
+
+def test_keep_significant_trains_on_clean_significant_alone(scored, tmp_path, capsys):
+    path, test = scored
+    partition = pq.read_table(path, columns=["partition"]).column(0).to_pylist()
+    summary = api.retrain(path, test, keep="significant", steps=2,
+                          cache_dir=path.parent / "cache")
+    assert summary.arms["cleaned"]["n_pairs"] == partition.count("clean_significant")
+    assert partition.count("clean_insignificant") > 0  # so the two selections differ
+    # a file scored without the significance stage has no insignificant pairs to leave out
+    off = tmp_path / "off.parquet"
+    shutil.copy(path, off)
+    sidecar = json.loads(Path(f"{path}.json").read_text())
+    Path(f"{off}.json").write_text(json.dumps(sidecar | {"significance": "off"}))
+    assert main(["retrain", str(off), "--test", str(test), "--keep", "significant"]) == 2
+    assert "--significance off" in capsys.readouterr().err
 
 
 def test_pseudo_captions_replace_only_the_noisy_pairs_captions(monkeypatch):
