@@ -1,6 +1,7 @@
 """``score`` end to end on tiny corpora: the output contract, determinism, bad input."""
 
 import json
+from collections import Counter
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -57,7 +58,10 @@ def test_stages_fill_significance_and_pseudo_captions(noisy, tmp_path):
     clean = np.isin(part, ["clean_significant", "clean_insignificant"])
     significance = np.array(table["significance"], dtype=float)
     assert np.isfinite(significance[clean]).all() and np.isnan(significance[~clean]).all()
-    assert ((significance[clean] >= 1) == (part[clean] == "clean_significant")).all()
+    counts = Counter(" ".join(c.lower().split()) for c, p in zip(table["caption"], part)
+                     if p != "invalid")
+    rare = np.array([counts[" ".join(c.lower().split())] <= 2 for c in table["caption"]])
+    assert (((significance >= 1) | rare)[clean] == (part[clean] == "clean_significant")).all()
     caption_of = dict(zip(table["id"], table["caption"]))
     suggested = [i for i, c in enumerate(table["pseudo_caption"]) if c is not None]
     assert suggested and all(part[i] == "noisy" for i in suggested)
@@ -70,6 +74,30 @@ def test_stages_fill_significance_and_pseudo_captions(noisy, tmp_path):
     sidecar = json.loads((tmp_path / "scored.parquet.json").read_text())
     assert sidecar["stages"]["pseudo_captions"]["suggested"] == len(suggested)
     assert "stages" in summary.seconds
+
+
+def test_specificity_leaves_rare_captions_significant(noisy, tmp_path, monkeypatch):
+    import ncclean.stages.significance as module
+
+    def nothing_specific(matcher, features, clean_prob, clean, config, **kwargs):
+        return np.full(features.n_pairs, 0.5), {}  # every clean caption says too little
+
+    monkeypatch.setattr(module, "significance", nothing_specific)
+    table = pq.read_table(noisy).to_pydict()
+    for i in range(0, len(table["caption"]), 4):  # a collection name on a quarter of the pairs
+        table["caption"][i] = "Part of the Flat Icon Collection"
+    write_parquet(tmp_path / "named.parquet", table)
+    for count, name in ((2, "two"), (1, "one")):
+        summary = score(tmp_path / "named.parquet", tmp_path / f"{name}.parquet",
+                        clean_above=0.5, rare_count=count)
+        table = pq.read_table(summary.output).to_pydict()
+        part = np.array(table["partition"], dtype=object)
+        counts = Counter(c for c, p in zip(table["caption"], part) if p != "invalid")
+        rare = np.array([counts[c] <= count for c in table["caption"]])
+        clean = np.isin(part, ["clean_significant", "clean_insignificant"])
+        assert (clean & rare).any() and (clean & ~rare).any()
+        assert (part[clean & rare] == "clean_significant").all()
+        assert (part[clean & ~rare] == "clean_insignificant").all()
 
 
 def test_stages_can_be_turned_off(noisy, tmp_path):

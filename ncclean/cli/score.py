@@ -63,11 +63,12 @@ def score(
         show_default=False)] = None,
     rare_count: Annotated[int, typer.Option(
         min=1, help="How many times a caption may occur among the valid pairs and still count "
-        "as rare (--rare-clean-above).", rich_help_panel="Partition")] = 2,
+        "as rare (--rare-clean-above; a rare clean caption is always significant under "
+        "--significance specificity).", rich_help_panel="Partition")] = 2,
     significance: Annotated[Literal["specificity", "update", "off"] | None, typer.Option(
         help="How clean pairs split into significant and insignificant: specificity (does the "
-        "caption single out its image), update (SDD's memory-bank ratio), or off. Default: "
-        "update for sdd, specificity otherwise.",
+        "caption single out its image; rare captions stay significant), update (SDD's "
+        "memory-bank ratio), or off. Default: update for sdd, specificity otherwise.",
         rich_help_panel="Partition", show_default=False)] = None,
     significance_passes: Annotated[int, typer.Option(
         min=1, help="Shuffled passes averaged by --significance update.",

@@ -21,7 +21,10 @@ pool holds at most ``bank_size`` pairs, and fewer for corpora so large that ever
 against it would exceed the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET`).
 Users asked for these correct-but-empty pairs to leave ``clean_significant``; SDD's ratio does
 not move them (it marks them significant *more* often than other clean pairs: measured in
-``benchmarks/RESULTS.md``).
+``benchmarks/RESULTS.md``). ``score`` leaves a caption the corpus uses at most ``--rare-count``
+times significant whatever its specificity: such a caption is no collection name, and its low
+specificity is the space not knowing its words (``api._run_stages``; "Training on
+``clean_significant``" in the results).
 
 Departures from SDD in ``update`` mode: the copy takes a plain SGD step of ``step_size`` in eval
 mode (SDD fine-tunes CLIP with AdamW at 2e-7 in training mode), which keeps the probe

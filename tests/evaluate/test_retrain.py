@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -190,15 +191,24 @@ def test_cli_retrain_json_and_errors(scored, capsys):
 
 def test_keep_significant_trains_on_clean_significant_alone(scored, tmp_path, capsys):
     path, test = scored
-    partition = pq.read_table(path, columns=["partition"]).column(0).to_pylist()
-    summary = api.retrain(path, test, keep="significant", steps=2,
+    table = pq.read_table(path)
+    partition = table.column("partition").to_pylist()
+    # demote half the significant pairs, so that the two selections differ
+    demoted = [i for i, p in enumerate(partition) if p == "clean_significant"][::2]
+    for i in demoted:
+        partition[i] = "clean_insignificant"
+    edited = tmp_path / "edited.parquet"
+    pq.write_table(table.set_column(table.schema.get_field_index("partition"), "partition",
+                                    pa.array(partition, pa.string())), edited)
+    sidecar = json.loads(Path(f"{path}.json").read_text())
+    Path(f"{edited}.json").write_text(json.dumps(sidecar))
+    summary = api.retrain(edited, test, keep="significant", steps=2,
                           cache_dir=path.parent / "cache")
     assert summary.arms["cleaned"]["n_pairs"] == partition.count("clean_significant")
-    assert partition.count("clean_insignificant") > 0  # so the two selections differ
+    assert demoted and partition.count("clean_significant") > 0
     # a file scored without the significance stage has no insignificant pairs to leave out
     off = tmp_path / "off.parquet"
     shutil.copy(path, off)
-    sidecar = json.loads(Path(f"{path}.json").read_text())
     Path(f"{off}.json").write_text(json.dumps(sidecar | {"significance": "off"}))
     assert main(["retrain", str(off), "--test", str(test), "--keep", "significant"]) == 2
     assert "--significance off" in capsys.readouterr().err
