@@ -615,7 +615,7 @@ def _run_stages(result, features, clean_prob, parts, significance: str, passes: 
         # learned; a caption used on at most rare_count images is no collection name, so it
         # stays significant (on clip art at 20% noise the measure demoted 357 of 1,572 such
         # clean pairs, and a retrain on clean_significant recovered 29% of the gap instead of
-        # 133%: benchmarks/RESULTS.md, "Training on clean_significant").
+        # 129%: benchmarks/RESULTS.md, "Training on clean_significant").
         exempt = rare if significance == "specificity" and rare is not None else False
         parts[clean & (values < 1) & ~exempt] = "clean_insignificant"
         stages.significance = values
