@@ -586,7 +586,7 @@ class _Stages:
 
 def _run_stages(result, features, clean_prob, parts, significance: str, passes: int,
                 pseudo: bool, seed: int, device: str, progress: Progress,
-                rare=None) -> _Stages:
+                rare) -> _Stages:
     """Significance (splits the clean partition, in place) and pseudo-captions, after any
     method. Both need the method's matcher or embeddings; without them they are skipped.
     ``rare`` (``(n,) bool``): pairs whose caption is rare, which specificity leaves
@@ -616,7 +616,7 @@ def _run_stages(result, features, clean_prob, parts, significance: str, passes: 
         # stays significant (on clip art at 20% noise the measure demoted 357 of 1,572 such
         # clean pairs, and a retrain on clean_significant recovered 29% of the gap instead of
         # 129%: benchmarks/RESULTS.md, "Training on clean_significant").
-        exempt = rare if significance == "specificity" and rare is not None else False
+        exempt = rare if significance == "specificity" else False
         parts[clean & (values < 1) & ~exempt] = "clean_insignificant"
         stages.significance = values
         stages.report["significance"] = report

@@ -91,7 +91,7 @@ def cleaned_arm(partition: np.ndarray, clean_prob: np.ndarray, keep: str,
         chosen = np.ones(n, dtype=bool)
         weights = np.clip(np.nan_to_num(clean_prob, nan=0.0), 0.0, 1.0)
     else:
-        names = {"clean": CLEAN, "significant": CLEAN[:1],
+        names = {"clean": CLEAN, "significant": ("clean_significant",),
                  "clean+vague": CLEAN + ("vague",)}[keep]
         chosen = np.isin(partition, names)
         weights = np.ones(n)
