@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ncclean.data.schema import Columns
+from ncclean.device import resolve_device
 from ncclean.progress import Progress, no_progress
 
 PathLike = str | os.PathLike
@@ -256,107 +257,6 @@ class ScoreSummary:
         return _as_dict(self)
 
 
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is an
-    error. On a GPU, also makes its kernels deterministic (:func:`deterministic_cuda`)."""
-    import torch
-
-    from ncclean.errors import BadOptionError
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise BadOptionError("--device cuda: no CUDA device is available (torch "
-                             f"{torch.__version__}); use --device cpu or auto")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise BadOptionError(f"--device must be auto, cpu or cuda, got {device!r}")
-    if device.startswith("cuda"):
-        deterministic_cuda()
-    return device
-
-
-def deterministic_cuda() -> None:
-    """Same seed, same file on a GPU too: without this, cuBLAS and cuDNN pick kernels that sum
-    in a different order on every run, and two runs of gmm on one H100 disagreed by up to 0.02 in
-    ``clean_prob`` on a 90-pair corpus. cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` when it starts,
-    so this must run before the first CUDA matrix product (a value the user set is kept).
-    ``warn_only``: an operation with no deterministic kernel warns instead of failing the run."""
-    import os
-
-    import torch
-
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-def _scoring_columns(config, columns: Columns, sidecar: dict) -> Columns:
-    """``columns`` with the embedding columns the scoring run read (its sidecar's ``columns``)
-    filled in where a ``column`` tower needs one and none is named."""
-    from dataclasses import replace
-
-    used = sidecar.get("columns") or {}
-    if config.image_tower == "column" and not columns.image_emb and used.get("image_emb"):
-        columns = replace(columns, image_emb=used["image_emb"])
-    if config.text_tower == "column" and not columns.text_emb and used.get("text_emb"):
-        columns = replace(columns, text_emb=used["text_emb"])
-    return columns
-
-
-def _require_columns(config, columns: Columns) -> None:
-    """A ``column`` tower reads its vectors from a named column: say so when none is named."""
-    from ncclean.errors import BadOptionError
-
-    if config.image_tower == "column" and not columns.image_emb:
-        raise BadOptionError("the column image encoder needs --image-emb-col")
-    if config.text_tower == "column" and not columns.text_emb:
-        raise BadOptionError("the column text encoder needs --text-emb-col")
-
-
-def _matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embed_dim: int,
-                    image_size: int, load_matcher: PathLike | None, device: str,
-                    clip: dict | None = None):
-    """The matcher configuration (and the loaded matcher, if any) the options ask for. ``clip``:
-    ``model``, ``pretrained``, ``checkpoint`` of the ``clip`` towers; giving weights makes
-    ``auto`` pick them where no embedding column is named."""
-    from ncclean.errors import BadOptionError
-    from ncclean.models.checkpoint import load_matcher as load_checkpoint
-    from ncclean.models.matcher import IMAGE_TOWERS, TEXT_TOWERS, MatcherConfig
-
-    clip = {k: v for k, v in (clip or {}).items() if v is not None}
-    has_clip = bool(clip.get("pretrained") or clip.get("checkpoint"))
-    initial = None
-    if load_matcher is not None:
-        initial = load_checkpoint(load_matcher, device)
-        config = initial.config
-    else:
-        image_tower = image_encoder if image_encoder != "auto" else \
-            ("column" if columns.image_emb else "clip" if has_clip else "pixels")
-        text_tower = text_encoder if text_encoder != "auto" else \
-            ("column" if columns.text_emb else "clip" if has_clip else "tokens")
-        if image_tower not in IMAGE_TOWERS or text_tower not in TEXT_TOWERS:
-            raise BadOptionError(f"encoders: image one of {IMAGE_TOWERS}, text one of "
-                                 f"{TEXT_TOWERS}; got {image_encoder!r}, {text_encoder!r}")
-        config = MatcherConfig(image_tower=image_tower, text_tower=text_tower,
-                               embed_dim=embed_dim, image_size=image_size,
-                               clip_model=clip.get("model"),
-                               clip_pretrained=clip.get("pretrained"),
-                               clip_checkpoint=str(clip["checkpoint"]) if clip.get("checkpoint")
-                               else None)
-    _require_columns(config, columns)
-    if clip.get("finetune", "heads") != "heads" and load_matcher is None:
-        if clip["finetune"] != "full":
-            raise BadOptionError(f"--finetune must be heads or full, got {clip['finetune']!r}")
-        if (config.image_tower, config.text_tower) != ("clip", "clip"):
-            raise BadOptionError("--finetune full fine-tunes a whole CLIP: both encoders must be "
-                                 "clip (give --clip-pretrained or --clip-checkpoint)")
-        config.finetune = "full"
-    if config.uses_clip and not (config.clip_pretrained or config.clip_checkpoint):
-        raise BadOptionError("the clip encoder needs weights: --clip-pretrained TAG (downloads) "
-                             "or --clip-checkpoint PATH")
-    return config, initial
-
-
 def embed(
     input: PathLike,
     output: PathLike,
@@ -491,6 +391,7 @@ def score(
     from ncclean.errors import BadOptionError
     from ncclean.methods.base import Context, make_method
     from ncclean.models.features import build_features, complete_config
+    from ncclean.models.resolve import matcher_config
     from ncclean.stages.partition import Cut, caption_counts, partition
     from ncclean.stages.significance import MODES
 
@@ -509,7 +410,7 @@ def score(
     cut = Cut(clean_above, noisy_below, None if noise_rate in (None, "auto") else
               float(noise_rate), rare_clean_above, rare_count)
     cache = default_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
-    config, initial = _matcher_config(
+    config, initial = matcher_config(
         columns, image_encoder, text_encoder, embed_dim, image_size, load_matcher, device,
         {"model": clip_model, "pretrained": clip_pretrained, "checkpoint": clip_checkpoint,
          "finetune": finetune})
@@ -859,27 +760,6 @@ class RetrainSummary:
         return _as_dict(self)
 
 
-def _override_towers(config, image_encoder: str, text_encoder: str):
-    """``config`` (a scoring run's matcher) with the towers that are not ``auto`` replaced and
-    what the replaced towers had learned from the corpus (vocabulary, vector widths) dropped."""
-    from ncclean.errors import BadOptionError
-    from ncclean.models.matcher import IMAGE_TOWERS, TEXT_TOWERS
-
-    if image_encoder not in ("auto", *IMAGE_TOWERS) or text_encoder not in ("auto", *TEXT_TOWERS):
-        raise BadOptionError(f"encoders: image auto or one of {IMAGE_TOWERS}, text auto or one "
-                             f"of {TEXT_TOWERS}; got {image_encoder!r}, {text_encoder!r}")
-    if image_encoder not in ("auto", config.image_tower):
-        config.image_tower, config.image_in_dim = image_encoder, None
-    if text_encoder not in ("auto", config.text_tower):
-        config.text_tower, config.text_in_dim, config.vocab = text_encoder, None, None
-    if config.uses_clip and not (config.clip_pretrained or config.clip_checkpoint):
-        raise BadOptionError("the clip encoder needs CLIP weights, and the scoring run used none: "
-                             "score with --clip-pretrained or --clip-checkpoint")
-    if config.finetune == "full" and (config.image_tower, config.text_tower) != ("clip", "clip"):
-        config.finetune = "heads"
-    return config
-
-
 def _saved_matcher_arm(saved, path: PathLike, test: PathLike, held_out, test_features, config,
                        columns: Columns, cache: Path | None, device: str, progress: Progress
                        ) -> dict:
@@ -957,6 +837,7 @@ def retrain(
     )
     from ncclean.models.features import build_features, complete_config
     from ncclean.models.matcher import MatcherConfig
+    from ncclean.models.resolve import override_towers, require_columns, scoring_columns
     from ncclean.report.scored import open_scored
 
     if keep not in KEEPS:
@@ -980,17 +861,17 @@ def retrain(
                              "is clean_significant; score it with the significance stage on, or "
                              "use --keep clean")
     settings = scored.sidecar.get("matcher", {})
-    config = _override_towers(
+    config = override_towers(
         MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),
         image_encoder, text_encoder)
-    columns = _scoring_columns(config, columns, scored.sidecar)
-    _require_columns(config, columns)
+    columns = scoring_columns(config, columns, scored.sidecar)
+    require_columns(config, columns)
     saved = None
     if matcher is not None:  # before hours of training, not after
         from ncclean.models.checkpoint import load_matcher
 
         saved = load_matcher(matcher, device)
-        _require_columns(saved.config, columns)
+        require_columns(saved.config, columns)
 
     size = config.image_size if config.image_tower == "pixels" else None
     corpus = read_corpus(input, columns, image_size=size, cache_dir=cache, progress=progress)
