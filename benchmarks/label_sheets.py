@@ -1,7 +1,8 @@
 """Draw the natural-noise sample of clip art and render it as contact sheets for labelling.
 
 The sample: 300 rows of ``clipart.parquet`` drawn without replacement by
-``numpy.random.default_rng(20261123).choice(8118, 300, replace=False)``, sorted by row. Each
+``numpy.random.default_rng(20261123).choice(8118, 300, replace=False)``, sorted by row, then 200
+more drawn the same way from the remaining rows with seed 20261124 (sample positions 300-499). Each
 sheet shows 20 pairs (the image and its caption, numbered by sample position); a person looked
 at every sheet and labelled each pair in ``data/natural_noise_labels.csv``.
 
@@ -18,12 +19,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-SEED, SIZE = 20261123, 300
+DRAWS = ((20261123, 300), (20261124, 200))
 
 
 def sample_rows(n_rows: int) -> np.ndarray:
-    """The sample's row numbers, ``(300,)`` int64, sorted."""
-    return np.sort(np.random.default_rng(SEED).choice(n_rows, SIZE, replace=False))
+    """The sample's row numbers, ``(500,)`` int64: each draw sorted, draws in order."""
+    taken: list[np.ndarray] = []
+    remaining = np.arange(n_rows)
+    for seed, size in DRAWS:
+        rows = np.sort(np.random.default_rng(seed).choice(remaining, size, replace=False))
+        taken.append(rows)
+        remaining = np.setdiff1d(remaining, rows)
+    return np.concatenate(taken)
 
 
 def main(corpus: str, out_dir: str, per_sheet: int = 20, columns: int = 5) -> None:

@@ -1,6 +1,6 @@
 """Score a scored clip-art file against the hand-labelled natural-noise sample.
 
-``data/natural_noise_labels.csv`` holds 300 randomly drawn pairs of the clip-art corpus as it is
+``data/natural_noise_labels.csv`` holds 500 randomly drawn pairs of the clip-art corpus as it is
 (no injected noise), each labelled by looking at the image and caption: ``match``, ``generic``
 (true but says nothing: collection names such as "gramastar"), ``partial`` (half right) or
 ``mismatch`` (names something else). How they were drawn: ``label_sheets.py``.
@@ -28,7 +28,7 @@ CLEAN = ("clean_significant", "clean_insignificant")
 
 
 def labelled_sample() -> dict[str, str]:
-    """Pair id -> label of the 300 labelled pairs."""
+    """Pair id -> label of the 500 labelled pairs."""
     with open(LABELS, newline="") as handle:
         return {row["id"]: row["label"] for row in csv.DictReader(handle)}
 
