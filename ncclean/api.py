@@ -139,7 +139,8 @@ def inject_noise(
 
     ids = corpus.ids if resolved.id else None
     if index is not None:
-        caption_to_image = align_index(read_index(index), corpus.image_group, ids, name=index)
+        caption_to_image = align_index(read_index(index), corpus.image_group, ids,
+                                       corpus.captions, name=index)
     else:
         caption_to_image = sample_noise(corpus.image_group, ratio, protocol,  # type: ignore[arg-type]
                                         seed)
@@ -165,7 +166,7 @@ def inject_noise(
 
     write_pairs(source, out, updates)
     index_file = out.with_name(out.name + INDEX_SUFFIX)
-    write_index(index_file, caption_to_image, corpus.image_group, ids)
+    write_index(index_file, caption_to_image, corpus.image_group, ids, corpus.captions)
     summary = NoiseSummary(
         input=Path(input), output=out, index_file=index_file, protocol=protocol, ratio=ratio,
         seed=seed, applied_index=Path(index) if index is not None else None,

@@ -18,15 +18,16 @@ caption lands on another image and the realised ratio equals the request wheneve
 re-applied exactly with :func:`apply_index`.
 
 An index applies by row position, so it is only right on rows in the order it was made for.
-ncclean's own index files (:func:`write_index`, ``.npz``) carry the rows' ids and the image grouping
-they were drawn on; :func:`align_index` follows the ids to rows in another order and refuses rows
-it cannot account for. A published file (a bare ``.npy``) carries neither: :func:`align_index`
-refuses it when it moves far more captions on this corpus than in its own order, the mark of rows
-in another order.
+ncclean's own index files (:func:`write_index`, ``.npz``) carry the rows' ids, a digest of their
+captions and the image grouping they were drawn on; :func:`align_index` follows the ids to rows in
+another order and refuses rows it cannot account for. A published file (a bare ``.npy``) carries
+none of these: :func:`align_index` refuses it when it moves far more captions on this corpus than
+in its own order, the mark of rows in another order.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import zipfile
@@ -139,6 +140,10 @@ def noisy_ground_truth(
 
 INDEX_SUFFIX = ".noise.npz"
 
+# Without ids, an index applies by position to rows whose captions are, but for this share (typo
+# fixes), those it was made on.
+CAPTION_SLACK = 0.01
+
 # A published index may move at most this much more of a corpus's captions than of its own order
 # (5 points) before it is refused: rows in another order move almost every caption.
 PUBLISHED_SLACK = 0.05
@@ -147,13 +152,15 @@ PUBLISHED_SLACK = 0.05
 @dataclass(frozen=True)
 class SavedIndex:
     """A noise index as read from a file. ``caption_to_image``: the saved integer array
-    (``n_pairs`` or ``n_images`` entries). ``image_group`` and ``ids``: ``(n_pairs,)``, the
-    grouping it was drawn on and the rows' ids (int64, or str), ``None`` where the file does not
-    carry them (published files, ncclean's older ``.npy``, a corpus without an id column)."""
+    (``n_pairs`` or ``n_images`` entries). ``image_group``, ``ids`` and ``captions``:
+    ``(n_pairs,)``, the grouping it was drawn on, the rows' ids (int64, or str) and their
+    :func:`caption_digests`, ``None`` where the file does not carry them (published files,
+    ncclean's older ``.npy``; ``ids`` for a corpus without an id column)."""
 
     caption_to_image: np.ndarray
     image_group: np.ndarray | None = None
     ids: np.ndarray | None = None
+    captions: np.ndarray | None = None
 
 
 def index_ids(ids: pa.Array) -> np.ndarray:
@@ -167,17 +174,28 @@ def index_ids(ids: pa.Array) -> np.ndarray:
     return np.asarray(values, dtype=str)
 
 
+def caption_digests(captions: list[str]) -> np.ndarray:
+    """``(n,) uint64``: a 64-bit hash of each caption's text, to tell whether rows still hold the
+    captions an index was made for."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(),
+                                       "little") for text in captions),
+                       dtype=np.uint64, count=len(captions))
+
+
 def write_index(dest: str | os.PathLike, caption_to_image: np.ndarray, image_group: np.ndarray,
-                ids: pa.Array | None) -> None:
-    """Save ``caption_to_image`` with the ``image_group`` it applies to and, when the corpus has an
-    id column, the rows' ``ids`` (all ``(n_pairs,)``), as an ``.npz`` (read by ``np.load``),
-    atomically. The zip entries carry a fixed date, so the same index gives the same bytes."""
+                ids: pa.Array | None, captions: list[str] | None = None) -> None:
+    """Save ``caption_to_image`` with the ``image_group`` it applies to, the :func:`caption_digests`
+    of ``captions`` and, when the corpus has an id column, the rows' ``ids`` (all ``(n_pairs,)``),
+    as an ``.npz`` (read by ``np.load``), atomically. The zip entries carry a fixed date, so the
+    same index gives the same bytes."""
     from ncclean.data.parquet import atomic_path
 
     arrays = {"caption_to_image": np.asarray(caption_to_image, dtype=np.int64),
               "image_group": np.asarray(image_group, dtype=np.int64)}
     if ids is not None:
         arrays["ids"] = index_ids(ids)
+    if captions is not None:
+        arrays["captions"] = caption_digests(captions)
     with atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
         for name, array in arrays.items():
             buffer = io.BytesIO()
@@ -200,27 +218,29 @@ def read_index(path: str | os.PathLike) -> SavedIndex:
             raise IndexFileError(f"cannot read noise index {path}: no caption_to_image array "
                                  f"(it holds {', '.join(loaded.files) or 'nothing'})")
         try:
-            arrays = {name: loaded[name] for name in ("caption_to_image", "image_group", "ids")
-                      if name in loaded.files}
+            arrays = {name: loaded[name] for name in ("caption_to_image", "image_group", "ids",
+                                                      "captions") if name in loaded.files}
         except (OSError, ValueError) as error:
             raise IndexFileError(f"cannot read noise index {path}: {error}") from None
     index = arrays["caption_to_image"]
-    for name in ("image_group", "ids"):
+    for name in ("image_group", "ids", "captions"):
         if name in arrays and arrays[name].shape != index.shape:
             raise IndexFileError(f"noise index {path}: {name} has {arrays[name].shape} entries "
                                  f"for {index.shape} in caption_to_image")
-    return SavedIndex(index, arrays.get("image_group"), arrays.get("ids"))
+    return SavedIndex(index, arrays.get("image_group"), arrays.get("ids"), arrays.get("captions"))
 
 
-def align_index(saved: SavedIndex, image_group: np.ndarray, ids: pa.Array | None = None, *,
+def align_index(saved: SavedIndex, image_group: np.ndarray, ids: pa.Array | None = None,
+                captions: list[str] | None = None, *,
                 name: str | os.PathLike = "noise index") -> np.ndarray:
     """``caption_to_image`` (``(n_pairs,) int64``) for this corpus from a saved index, checked.
 
     With ids in the file and ``ids`` given (the corpus's id column), rows are matched by id, in
-    any order; with the file's ``image_group``, the corpus must group its images the same way.
-    A file with neither (published) is applied by position (:func:`apply_index`) and refused when
-    it moves over :data:`PUBLISHED_SLACK` more of this corpus's captions than it does in its own
-    order. Raises :class:`IndexFileError` saying which check failed.
+    any order; with the file's ``image_group``, the corpus must group its images the same way;
+    without ids, at most :data:`CAPTION_SLACK` of the rows may hold other ``captions`` than the
+    file's. A file with none of these (published) is applied by position (:func:`apply_index`)
+    and refused when it moves over :data:`PUBLISHED_SLACK` more of this corpus's captions than it
+    does in its own order. Raises :class:`IndexFileError` saying which check failed.
     """
     image_group = np.asarray(image_group, dtype=np.int64)
     name = str(name)
@@ -232,11 +252,21 @@ def align_index(saved: SavedIndex, image_group: np.ndarray, ids: pa.Array | None
     if len(index) != len(image_group):
         raise IndexFileError(f"{name} was written for {len(index):,} rows; this corpus has "
                              f"{len(image_group):,}")
-    if saved.ids is not None and ids is not None:
+    matched = saved.ids is not None and ids is not None
+    if matched:
         rows = _rows_of(saved.ids, index_ids(ids), name)
         index, old_group = index.copy(), old_group.copy()
         index[rows], old_group[rows] = saved.caption_to_image, saved.image_group
-    return _renumber(index, old_group, image_group, name)
+    caption_to_image = _renumber(index, old_group, image_group, name)
+    if not matched and saved.captions is not None and captions is not None:
+        differ = saved.captions != caption_digests(captions)
+        if differ.mean() > CAPTION_SLACK:
+            raise IndexFileError(
+                f"{name} was written for other captions in these rows ({int(differ.sum()):,} of "
+                f"{len(differ):,} differ, first: row {int(np.flatnonzero(differ)[0])}); apply it "
+                "to the rows it was written for, in the same order"
+            )
+    return caption_to_image
 
 
 def _rows_of(saved_ids: np.ndarray, ids: np.ndarray, name: str) -> np.ndarray:
