@@ -193,3 +193,30 @@ def test_row_hashes_group_equal_rows_only():
         hashes = row_hashes(rows).to_pylist()
         assert hashes[7] == hashes[3] and hashes[8] != hashes[3]
         assert len(set(hashes)) == 49
+
+
+def test_every_row_of_an_image_id_is_checked_on_its_own_image(tmp_path, huge_png_bytes):
+    red, blue = png_bytes((200, 0, 0)), png_bytes((0, 0, 200))
+    path = write_parquet(tmp_path / "p.parquet", {
+        "image_id": [1, 1, 1, 2, 2, 2],
+        "image": [red, red[:60], huge_png_bytes, blue, blue, png_bytes((0, 200, 0))],
+        "caption": list("abcdef"),
+    })
+    corpus = read_corpus(path, image_size=4)
+    # Rows whose bytes differ from their image_id's first row are images of their own: the bad
+    # ones are invalid alone, the good one is decoded and scored against its own pixels.
+    assert corpus.image_group.tolist() == [0, 1, 2, 3, 3, 4]
+    assert corpus.image_id_splits == 3
+    assert [r is None for r in corpus.reasons] == [True, False, False, True, True, True]
+    assert corpus.reasons[1].startswith("undecodable image")
+    assert corpus.reasons[2].startswith("image too large")
+    assert tuple(corpus.images[4][2, 2]) == (0, 200, 0)
+
+
+def test_a_reason_never_splits_into_two_kinds(tmp_path):
+    path = write_parquet(tmp_path / "p.parquet", {
+        "image": ["https://example.com/a.png", "b.png"], "caption": ["", "b"]})
+    corpus = read_corpus(path, image_size=4)
+    corpus.mark(1, "made up; with a semicolon")
+    assert corpus.invalid_counts() == {"empty caption": 1, "image is a URL": 1,
+                                       "missing image": 1, "made up, with a semicolon": 1}
