@@ -104,23 +104,29 @@ def inject_noise(
     Captions stay in their rows; the image side of a row (the image column, ``image_id``, the image
     embedding and the ``move_with_image`` columns) is replaced by that of its new image. Adds
     ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image groups
-    by content). Saves the index as ``<output>.noise.npy`` (re-apply it with ``index=``) and a JSON
+    by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``) and a JSON
     sidecar ``<output>.json``.
     """
-    import numpy as np
     import pyarrow as pa
 
     from ncclean.data.corpus import read_corpus
-    from ncclean.data.noise import apply_index, image_rows, noisy_ground_truth, sample_noise
+    from ncclean.data.noise import (
+        INDEX_SUFFIX,
+        align_index,
+        image_rows,
+        noisy_ground_truth,
+        read_index,
+        sample_noise,
+        write_index,
+    )
     from ncclean.data.parquet import (
-        atomic_path,
         check_output_path,
         sidecar_path,
         write_json,
         write_pairs,
     )
     from ncclean.data.schema import IMAGE_ID, NOISY_GT, ORIGINAL_IMAGE_ID
-    from ncclean.errors import IndexFileError, SchemaError
+    from ncclean.errors import SchemaError
     from ncclean.provenance import versions
 
     corpus = read_corpus(input, columns, progress=progress)
@@ -131,12 +137,10 @@ def inject_noise(
         raise SchemaError(f"--move-with-image: no column {', '.join(map(repr, missing))}; "
                           f"available columns: {', '.join(source.schema.names)}")
 
+    ids = corpus.ids if resolved.id else None
     if index is not None:
-        try:
-            saved = np.load(index, allow_pickle=False)
-        except (OSError, ValueError) as error:
-            raise IndexFileError(f"cannot read noise index {index}: {error}") from None
-        caption_to_image = apply_index(saved, corpus.image_group)
+        caption_to_image = align_index(read_index(index), corpus.image_group, ids,
+                                       corpus.captions, name=index)
     else:
         caption_to_image = sample_noise(corpus.image_group, ratio, protocol,  # type: ignore[arg-type]
                                         seed)
@@ -161,9 +165,8 @@ def inject_noise(
     updates[NOISY_GT] = pa.array(noisy)
 
     write_pairs(source, out, updates)
-    index_file = out.with_name(out.name + ".noise.npy")
-    with atomic_path(index_file) as tmp, open(tmp, "wb") as handle:
-        np.save(handle, caption_to_image)
+    index_file = out.with_name(out.name + INDEX_SUFFIX)
+    write_index(index_file, caption_to_image, corpus.image_group, ids, corpus.captions)
     summary = NoiseSummary(
         input=Path(input), output=out, index_file=index_file, protocol=protocol, ratio=ratio,
         seed=seed, applied_index=Path(index) if index is not None else None,

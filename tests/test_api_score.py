@@ -120,15 +120,16 @@ def test_invalid_rows_are_kept_and_marked(tmp_path):
     api.synth(tmp_path / "s.parquet", n_images=12, captions_per_image=3, seed=1)
     table = pq.read_table(tmp_path / "s.parquet").to_pydict()
     table["caption"][4] = "   "
-    table["image"][6] = b"not a png"  # the first row of image 2, which its captions share
+    table["image"][6] = b"not a png"  # the first row of image 2; rows 7 and 8 keep its picture
     write_parquet(tmp_path / "bad.parquet", table)
     summary = score(tmp_path / "bad.parquet", tmp_path / "out.parquet")
     out = pq.read_table(summary.output).to_pylist()
-    assert len(out) == 36 and summary.n_invalid == 4  # row 4 and the 3 captions of image 2
+    assert len(out) == 36 and summary.n_invalid == 2  # row 4, and row 6 alone (its own bytes)
     assert out[4]["partition"] == "invalid" and out[4]["invalid_reason"] == "empty caption"
-    assert out[7]["clean_prob"] is None and out[7]["gmm_loss"] is None
-    assert out[7]["invalid_reason"].startswith("undecodable image")
-    assert summary.partition_counts["invalid"] == 4
+    assert out[6]["clean_prob"] is None and out[6]["gmm_loss"] is None
+    assert out[6]["invalid_reason"].startswith("undecodable image")
+    assert out[7]["invalid_reason"] is None and out[7]["clean_prob"] is not None
+    assert summary.partition_counts["invalid"] == 2
 
 
 def test_noise_rate_cut(noisy, tmp_path):

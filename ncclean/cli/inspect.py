@@ -25,6 +25,7 @@ def inspect(
     image_id_col: options.ImageIdCol = None,
     image_emb_col: options.ImageEmbCol = None,
     text_emb_col: options.TextEmbCol = None,
+    allow_absolute_paths: options.AllowAbsolutePaths = False,
     strict: options.Strict = False,
     json_: options.Json = False,
 ) -> None:
@@ -33,7 +34,7 @@ def inspect(
     from ncclean.cli.render import console, pct, print_json, progress_bars
 
     columns = options.columns(caption_col, image_col, id_col, image_id_col, image_emb_col,
-                              text_emb_col)
+                              text_emb_col, allow_absolute_paths)
     with progress_bars(not json_) as progress:
         s = api.inspect(input, columns, strict=strict, decode=decode,
                         max_image_pixels=max_image_pixels, progress=progress)

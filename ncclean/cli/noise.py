@@ -22,8 +22,9 @@ def inject_noise(
         "whole images with all their captions.")] = "per-caption",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     index: Annotated[Path | None, typer.Option(
-        help="Re-apply a saved noise index (.npy) instead of drawing one: ncclean's own, or a "
-        "published NCR/BiCro/PC2 caption-to-image or RCL image-permutation file.")] = None,
+        help="Re-apply a saved noise index instead of drawing one: ncclean's own .npz (rows "
+        "matched by id), or a published NCR/BiCro/PC2 caption-to-image or RCL image-permutation "
+        ".npy (by position; refused when rows look reordered).")] = None,
     move_with_image: Annotated[list[str] | None, typer.Option(
         help="More columns that describe the image and move with it (repeat the option or "
         "separate names with commas), e.g. category.")] = None,
@@ -36,7 +37,7 @@ def inject_noise(
     json_: options.Json = False,
 ) -> None:
     """Mismatch a share of the pairs: captions stay in their rows, images move. Writes the
-    columns noisy_gt and original_image_id, the index as OUTPUT.noise.npy and a JSON sidecar."""
+    columns noisy_gt and original_image_id, the index as OUTPUT.noise.npz and a JSON sidecar."""
     from ncclean import api
     from ncclean.cli.render import console, pct, print_json, progress_bars
 

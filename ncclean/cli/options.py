@@ -25,6 +25,10 @@ ImageEmbCol = Annotated[str | None, typer.Option(
     rich_help_panel=_COLUMNS)]
 TextEmbCol = Annotated[str | None, typer.Option(
     "--text-emb-col", help="Column of precomputed caption embeddings.", rich_help_panel=_COLUMNS)]
+AllowAbsolutePaths = Annotated[bool, typer.Option(
+    "--allow-absolute-paths", help="Let image paths point outside the Parquet file's folder "
+    "(absolute, or out with ..); by default such rows are invalid and never opened.",
+    rich_help_panel=_COLUMNS)]
 
 _CLIP = "CLIP"
 ClipModel = Annotated[str, typer.Option(
@@ -43,9 +47,11 @@ Strict = Annotated[bool, typer.Option(
 
 
 def columns(caption_col: str, image_col: str, id_col: str | None, image_id_col: str | None,
-            image_emb_col: str | None, text_emb_col: str | None):
+            image_emb_col: str | None, text_emb_col: str | None,
+            allow_absolute_paths: bool = False):
     """The :class:`ncclean.data.schema.Columns` these options ask for."""
     from ncclean.data.schema import Columns
 
     return Columns(caption=caption_col, image=image_col, id=id_col, image_id=image_id_col,
-                   image_emb=image_emb_col, text_emb=text_emb_col)
+                   image_emb=image_emb_col, text_emb=text_emb_col,
+                   allow_absolute_paths=allow_absolute_paths)

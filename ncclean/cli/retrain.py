@@ -56,6 +56,7 @@ def retrain(
     image_id_col: options.ImageIdCol = None,
     image_emb_col: options.ImageEmbCol = None,
     text_emb_col: options.TextEmbCol = None,
+    allow_absolute_paths: options.AllowAbsolutePaths = False,
     json_: options.Json = False,
 ) -> None:
     """Prove the cleaning helped: Recall@K of a matcher retrained on the kept pairs, beside the
@@ -64,7 +65,7 @@ def retrain(
     from ncclean.cli.render import console, print_json, progress_bars, render_retrain
 
     columns = options.columns(caption_col, image_col, id_col, image_id_col, image_emb_col,
-                              text_emb_col)
+                              text_emb_col, allow_absolute_paths)
     with progress_bars(not json_) as progress:
         summary = api.retrain(input, test, keep=keep, pseudo_captions=pseudo_captions,
                               baseline=baseline, columns=columns, steps=steps,

@@ -101,6 +101,7 @@ def score(
     image_id_col: options.ImageIdCol = None,
     image_emb_col: options.ImageEmbCol = None,
     text_emb_col: options.TextEmbCol = None,
+    allow_absolute_paths: options.AllowAbsolutePaths = False,
     clip_model: options.ClipModel = "ViT-B-32",
     clip_pretrained: options.ClipPretrained = None,
     clip_checkpoint: options.ClipCheckpoint = None,
@@ -125,7 +126,7 @@ def score(
         except ValueError:
             rate = noise_rate  # the library says what is wrong with it
     columns = options.columns(caption_col, image_col, id_col, image_id_col, image_emb_col,
-                              text_emb_col)
+                              text_emb_col, allow_absolute_paths)
     with progress_bars(not json_) as progress:
         summary = api.score(
             input, output, method=method, params=params, columns=columns,

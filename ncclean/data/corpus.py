@@ -21,14 +21,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ncclean.data.embeddings import EmbeddingColumn, row_hashes
 from ncclean.data.images import (
     DEFAULT_MAX_PIXELS,
     RowProblem,
+    check_max_pixels,
     decode_image,
     image_identity,
     image_kind,
     image_values,
     load_image_bytes,
+    quiet_decompression_warnings,
 )
 from ncclean.data.parquet import PairSource, open_pairs
 from ncclean.data.schema import Columns, ResolvedColumns, resolve_columns
@@ -45,14 +48,19 @@ class Corpus:
     - ``ids``: the id column, or the row number (int64) when there is none.
     - ``captions``: ``n_pairs`` strings (``""`` where the caption is missing).
     - ``image_group``: ``(n_pairs,) int64`` in ``[0, n_images)``, numbered in order of first
-      appearance; rows share a group when they share an ``image_id`` or, without that column, the
-      same image bytes (or path, or embedding).
+      appearance; rows share a group when they hold the same image bytes (or path, or embedding)
+      and, when there is an ``image_id`` column, the same ``image_id``. A row whose image differs
+      from the rest of its ``image_id`` is a group of its own (``image_id_splits``: how many
+      groups this added): every row is scored against, and checked on, its own image.
     - ``image_emb``, ``text_emb``: ``(n_pairs, d) float32`` or ``None``.
     - ``images``: ``(n_images, s, s, 3) uint8`` indexed by ``image_group``, or ``None`` when not
       decoded.
     - ``image_digests``: per image group, the 16-byte identity of its image (content hash or
       resolved path), when the image column was read; ``None`` otherwise.
-    - ``reasons``: why each row cannot be used, ``None`` for a usable row.
+    - ``reasons``: why each row cannot be used, ``None`` for a usable row; several problems are
+      joined with ``"; "``, which no single reason contains.
+    - ``allow_absolute_paths``: image paths may leave the Parquet's folder (see
+      :func:`ncclean.data.images.leaves_folder`).
     """
 
     source: PairSource
@@ -65,6 +73,8 @@ class Corpus:
     text_emb: np.ndarray | None = None
     images: np.ndarray | None = None
     image_digests: list[bytes | None] | None = field(default=None, repr=False)
+    allow_absolute_paths: bool = False
+    image_id_splits: int = 0
     _text_group: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -99,7 +109,9 @@ class Corpus:
                             for problem in r.split("; ")))
 
     def mark(self, rows: np.ndarray | int, reason: str) -> None:
-        """Record ``reason`` for ``rows``: one row number, an array of them, or a boolean mask."""
+        """Record ``reason`` for ``rows``: one row number, an array of them, or a boolean mask.
+        ``"; "`` inside ``reason`` becomes ``", "`` (it separates a row's problems)."""
+        reason = reason.replace("; ", ", ")
         rows = np.asarray(rows)
         for row in np.flatnonzero(rows) if rows.dtype == bool else rows.reshape(-1):
             current = self.reasons[row]
@@ -144,28 +156,34 @@ def read_corpus(
 ) -> Corpus:
     """Read the pairs at ``path`` (a Parquet file or a folder of shards).
 
-    With ``image_size``, images are decoded to ``(image_size, image_size, 3)`` once per image
-    group (see :func:`load_images`; with ``cache_dir``, once per input) and undecodable ones mark
-    their rows invalid. Raises the :class:`NcCleanError`
-    subclasses of :func:`open_pairs` and :func:`resolve_columns`, and :class:`InvalidRowsError`
-    under ``strict`` when any row is invalid.
+    Every row's image cell is read once and hashed (bytes) or looked up (paths), whether or not
+    there is an ``image_id`` column, so that no row is scored against another row's image (see
+    ``Corpus.image_group``). With ``image_size``, images are decoded to ``(image_size,
+    image_size, 3)`` once per image group (see :func:`load_images`; with ``cache_dir``, once per
+    input) and undecodable ones mark their rows invalid. Raises the :class:`NcCleanError`
+    subclasses of :func:`open_pairs` and :func:`resolve_columns`, :class:`BadOptionError` for a
+    pixel limit PIL would undercut, :class:`SchemaError` for an embedding column holding one
+    vector in every row, and :class:`InvalidRowsError` under ``strict`` when any row is invalid.
     """
+    if image_size is not None:
+        check_max_pixels(max_image_pixels)
     source = open_pairs(path)
     resolved = resolve_columns(columns, source.schema)
     kind = image_kind(resolved.image, source.schema.field(resolved.image).type) \
         if resolved.image else None
 
+    allow = columns.allow_absolute_paths
     n = source.n_rows
     captions: list[str] = []
     reasons: list[str | None] = []
     ids: list[pa.Array] = []
     image_ids: list[pa.Array] = []
     image_keys: list[bytes | None] = []
-    embeddings = {c: _EmbeddingColumn(c, source.schema.field(c).type, n)
+    embeddings = {c: EmbeddingColumn(c, source.schema.field(c).type, n)
                   for c in (resolved.image_emb, resolved.text_emb) if c is not None}
     read = [resolved.caption] + [c for c in (resolved.id, resolved.image_id) if c]
     read += list(embeddings)
-    if resolved.image and not resolved.image_id:
+    if resolved.image:
         read.append(resolved.image)
 
     progress("reading", 0, n)
@@ -177,9 +195,9 @@ def read_corpus(
             ids.append(batch.column(resolved.id))
         if resolved.image_id:
             image_ids.append(batch.column(resolved.image_id))
-        elif resolved.image:
+        if resolved.image:
             base = shard.path.parent
-            image_keys += [image_identity(v, base)
+            image_keys += [image_identity(v, base, allow_absolute_paths=allow)
                            for v in image_values(batch.column(resolved.image), kind)]
         for name, column in embeddings.items():
             column.add(first_row, batch.column(name))
@@ -192,6 +210,7 @@ def read_corpus(
         captions=captions,
         image_group=np.zeros(n, dtype=np.int64),
         reasons=reasons,
+        allow_absolute_paths=allow,
     )
     if resolved.id:
         _mark_duplicate_ids(corpus)
@@ -203,12 +222,17 @@ def read_corpus(
         else:
             corpus.text_emb = emb
 
-    if resolved.image_id:
-        corpus.image_group = _first_appearance_codes(pa.chunked_array(image_ids))
-    elif resolved.image:
+    if resolved.image:
         corpus.image_group = _first_appearance_codes(pa.array(image_keys, pa.binary(16)))
+        if resolved.image_id:
+            by_id = _first_appearance_codes(pa.chunked_array(image_ids))
+            corpus.image_group = _first_appearance_codes(
+                pa.array(by_id * np.int64(n) + corpus.image_group))
+            corpus.image_id_splits = int(corpus.image_group.max() - by_id.max())
         first_rows = np.unique(corpus.image_group, return_index=True)[1]
         corpus.image_digests = [image_keys[row] for row in first_rows]
+    elif resolved.image_id:
+        corpus.image_group = _first_appearance_codes(pa.chunked_array(image_ids))
     else:  # images only as embeddings: equal vectors are the same image
         corpus.image_group = _first_appearance_codes(row_hashes(corpus.image_emb))
 
@@ -243,101 +267,9 @@ def _mark_duplicate_ids(corpus: Corpus) -> None:
         corpus.mark(row, f"duplicate id: {ids[int(row)].as_py()!r} appears earlier")
 
 
-_CHUNK = 65536  # rows per block when scanning embeddings, so temporaries stay small
-
-
-class _EmbeddingColumn:
-    """One embedding column read batch by batch.
-
-    A fixed-size list column (how LAION and DataComp ship embeddings, and what ``ncclean embed``
-    writes) goes straight into one preallocated ``(n, d)`` array, float16 when the values are
-    float16 (half the memory), float32 otherwise: memory is the array itself, whatever N is.
-    Variable-length lists are kept as Arrow chunks until the end, where ``d`` is the most common
-    length.
-    """
-
-    def __init__(self, name: str, type_: pa.DataType, n: int):
-        self.n = n
-        self.fixed = pa.types.is_fixed_size_list(type_)
-        self.dtype = np.float16 if pa.types.is_float16(type_.value_type) else np.float32
-        self.null = np.zeros(n, dtype=bool)
-        self.chunks: list[pa.Array] = []
-        self.out = np.zeros((n, type_.list_size), dtype=self.dtype) if self.fixed else None
-
-    def add(self, first_row: int, array: pa.Array) -> None:
-        if not self.fixed:
-            self.chunks.append(array)
-            return
-        d = self.out.shape[1]
-        if array.null_count == 0:  # the values buffer as is, no flattening copy
-            values = array.values.to_numpy(zero_copy_only=False)
-            block = values[array.offset * d:(array.offset + len(array)) * d]
-            self.out[first_row:first_row + len(array)] = block.reshape(-1, d)
-            return
-        null = array.is_null().to_numpy(zero_copy_only=False)
-        values = pc.list_flatten(array).to_numpy(zero_copy_only=False)
-        self.out[first_row + np.flatnonzero(~null)] = values.reshape(-1, d)
-        self.null[first_row:first_row + len(array)] = null
-
-    def finish(self, corpus: Corpus, which: str) -> np.ndarray:
-        """The ``(n, d)`` array; rows with a null, a wrong length, NaN or infinity are zero and
-        marked invalid."""
-        out = self.out if self.fixed else self._from_lists(corpus, which)
-        corpus.mark(self.null, f"missing {which} embedding")
-        finite = np.ones(len(out), dtype=bool)
-        for start in range(0, len(out), _CHUNK):
-            finite[start:start + _CHUNK] = _finite_rows(out[start:start + _CHUNK])
-        corpus.mark(~finite, f"{which} embedding holds NaN or infinity")
-        out[~finite] = 0
-        return out
-
-    def _from_lists(self, corpus: Corpus, which: str) -> np.ndarray:
-        array = pa.chunked_array(self.chunks).combine_chunks()
-        self.chunks = []
-        lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
-        self.null = array.is_null().to_numpy(zero_copy_only=False)
-        present = lengths[~self.null].astype(np.int64)
-        if len(present) == 0:
-            return np.zeros((len(array), 0), dtype=self.dtype)
-        dim = int(np.bincount(present).argmax())
-        good_length = (~self.null) & (np.nan_to_num(lengths, nan=-1) == dim)
-        values = pc.list_flatten(array.filter(pa.array(good_length))).to_numpy(
-            zero_copy_only=False)
-        out = np.zeros((len(array), dim), dtype=self.dtype)
-        out[good_length] = values.astype(self.dtype, copy=False).reshape(-1, dim)
-        for row in np.flatnonzero(~self.null & ~good_length):
-            corpus.mark(row, f"{which} embedding has {int(lengths[row])} values, expected {dim}")
-        return out
-
-
-def _finite_rows(block: np.ndarray) -> np.ndarray:
-    """``(len(block),) bool``: rows without NaN or infinity. float16 is checked on its bits (all
-    exponent bits set), 3x faster than numpy's emulated float16 ``isfinite``."""
-    if block.dtype == np.float16:
-        return ~((block.view(np.uint16) & 0x7C00) == 0x7C00).any(axis=1)
-    return np.isfinite(block).all(axis=1)
-
-
-def row_hashes(vectors: np.ndarray) -> pa.Array:
-    """A 128-bit hash of every row's bytes as ``binary(16)``: equal rows, equal hashes. Two
-    independent random linear hashes over the row's widest machine words (wrapping uint64
-    arithmetic), block by block, so a million 512-d rows need no per-row Python objects."""
-    row_bytes = vectors.shape[1] * vectors.itemsize
-    word = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
-    words = np.ascontiguousarray(vectors).view(f"u{word}").reshape(len(vectors), -1)
-    weights = np.random.default_rng(0x6E63).integers(
-        1, 2**63, size=(2, words.shape[1]), dtype=np.uint64) | np.uint64(1)
-    out = np.empty((len(vectors), 2), dtype=np.uint64)
-    for start in range(0, len(words), _CHUNK):
-        block = words[start:start + _CHUNK].astype(np.uint64, copy=False)
-        for k in range(2):
-            out[start:start + len(block), k] = (block * weights[k]).sum(axis=1)
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(out),
-                                                [None, pa.py_buffer(out.tobytes())])
-
-
-# Bump when decoding changes (resampling, padding): cached images of older versions are ignored.
-DECODE_VERSION = "1"
+# Bump when decoding changes (resampling, padding, reason texts): cached images of older
+# versions are ignored.
+DECODE_VERSION = "2"
 
 
 def load_images(corpus: Corpus, size: int, *, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -345,6 +277,7 @@ def load_images(corpus: Corpus, size: int, *, max_pixels: int = DEFAULT_MAX_PIXE
     """Set ``corpus.images`` to the decoded images, ``(n_images, size, size, 3) uint8``, and mark
     the rows of unusable images. With ``cache_dir`` the images are decoded once per input and
     kept there as a memory map keyed by the images' content, so a second run reads them back."""
+    check_max_pixels(max_pixels)
     shape = (corpus.n_images, size, size, 3)
     if cache_dir is None:
         images = np.empty(shape, dtype=np.uint8)
@@ -386,7 +319,8 @@ def group_digests(corpus: Corpus) -> list[bytes | None]:
     digests: list[bytes | None] = [None] * corpus.n_images
     for items in image_items(corpus):
         for group, value, base in items:
-            digests[group] = image_identity(value, base)
+            digests[group] = image_identity(value, base,
+                                            allow_absolute_paths=corpus.allow_absolute_paths)
     corpus.image_digests = digests
     return digests
 
@@ -411,18 +345,21 @@ def map_images(corpus: Corpus, work: Callable[[bytes], T], label: str,
                progress: Progress = no_progress) -> Iterator[list[tuple[int, T | str]]]:
     """``work(encoded image)`` for every image group on a thread pool (PIL releases the GIL), one
     list of ``(group, result)`` per record batch; ``result`` is the reason string where the image
-    cannot be used (:class:`RowProblem`)."""
+    cannot be used (:class:`RowProblem`). PIL's decompression-bomb warning is silenced for the
+    whole pool (:func:`ncclean.data.images.quiet_decompression_warnings`)."""
+    allow = corpus.allow_absolute_paths
 
     def run(item: tuple[int, bytes | str | None, Path]) -> tuple[int, T | str]:
         group, value, base = item
         try:
-            return group, work(load_image_bytes(value, base))
+            return group, work(load_image_bytes(value, base, allow_absolute_paths=allow))
         except RowProblem as problem:
             return group, str(problem)
 
     done = 0
     progress(label, 0, corpus.n_images)
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+    with quiet_decompression_warnings(), \
+            ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         for items in image_items(corpus):
             yield list(pool.map(run, items))
             done += len(items)
@@ -431,9 +368,9 @@ def map_images(corpus: Corpus, work: Callable[[bytes], T], label: str,
 
 def decode_images(corpus: Corpus, out: np.ndarray, max_pixels: int = DEFAULT_MAX_PIXELS,
                   progress: Progress = no_progress) -> dict[int, str]:
-    """Decode the first row's image of every image group into ``out[group]`` (``(n_images, S, S,
-    3) uint8``, S taken from ``out``). Returns ``{group: reason}`` for images that cannot be
-    used; those are left white."""
+    """Decode the image of every image group (one per distinct image) into ``out[group]``
+    (``(n_images, S, S, 3) uint8``, S taken from ``out``). Returns ``{group: reason}`` for images
+    that cannot be used; those are left white."""
     size = out.shape[1]
     problems: dict[int, str] = {}
     for results in map_images(corpus, lambda data: decode_image(data, size, max_pixels),

@@ -16,13 +16,26 @@ the request by chance. Here the shuffle is repaired into a derangement by image,
 caption lands on another image and the realised ratio equals the request whenever that is possible
 (it is not when one image holds more than half of the chosen captions). Published index files are
 re-applied exactly with :func:`apply_index`.
+
+An index applies by row position, so it is only right on rows in the order it was made for.
+ncclean's own index files (:func:`write_index`, ``.npz``) carry the rows' ids, a digest of their
+captions and the image grouping they were drawn on; :func:`align_index` follows the ids to rows in
+another order and refuses rows it cannot account for. A published file (a bare ``.npy``) carries
+none of these: :func:`align_index` refuses it when it moves far more captions on this corpus than
+in its own order, the mark of rows in another order.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
+import zipfile
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import pyarrow as pa
 
 from ncclean.errors import BadOptionError, IndexFileError
 
@@ -121,3 +134,202 @@ def noisy_ground_truth(
     own_pairs = np.unique(image_group.astype(np.int64) * n_texts + text_group)
     now_pairs = caption_to_image.astype(np.int64) * n_texts + text_group
     return moved & ~np.isin(now_pairs, own_pairs)
+
+
+# ------------------------------------------------------------------------------- index files
+
+INDEX_SUFFIX = ".noise.npz"
+
+# Without ids, an index applies by position to rows whose captions are, but for this share (typo
+# fixes), those it was made on.
+CAPTION_SLACK = 0.01
+
+# A published index may move at most this much more of a corpus's captions than of its own order
+# (5 points) before it is refused: rows in another order move almost every caption.
+PUBLISHED_SLACK = 0.05
+
+
+@dataclass(frozen=True)
+class SavedIndex:
+    """A noise index as read from a file. ``caption_to_image``: the saved integer array
+    (``n_pairs`` or ``n_images`` entries). ``image_group``, ``ids`` and ``captions``:
+    ``(n_pairs,)``, the grouping it was drawn on, the rows' ids (int64, or str) and their
+    :func:`caption_digests`, ``None`` where the file does not carry them (published files,
+    ncclean's older ``.npy``; ``ids`` for a corpus without an id column)."""
+
+    caption_to_image: np.ndarray
+    image_group: np.ndarray | None = None
+    ids: np.ndarray | None = None
+    captions: np.ndarray | None = None
+
+
+def index_ids(ids: pa.Array) -> np.ndarray:
+    """``(n,)`` ids as saved in an index: int64 for integer ids without nulls, else text."""
+    if pa.types.is_integer(ids.type) and ids.null_count == 0:
+        return ids.to_numpy(zero_copy_only=False).astype(np.int64)
+    try:
+        values = ids.cast(pa.string()).fill_null("").to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        values = [repr(value) for value in ids.to_pylist()]
+    return np.asarray(values, dtype=str)
+
+
+def caption_digests(captions: list[str]) -> np.ndarray:
+    """``(n,) uint64``: a 64-bit hash of each caption's text, to tell whether rows still hold the
+    captions an index was made for."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(),
+                                       "little") for text in captions),
+                       dtype=np.uint64, count=len(captions))
+
+
+def write_index(dest: str | os.PathLike, caption_to_image: np.ndarray, image_group: np.ndarray,
+                ids: pa.Array | None, captions: list[str] | None = None) -> None:
+    """Save ``caption_to_image`` with the ``image_group`` it applies to, the :func:`caption_digests`
+    of ``captions`` and, when the corpus has an id column, the rows' ``ids`` (all ``(n_pairs,)``),
+    as an ``.npz`` (read by ``np.load``), atomically. The zip entries carry a fixed date, so the
+    same index gives the same bytes."""
+    from ncclean.data.parquet import atomic_path
+
+    arrays = {"caption_to_image": np.asarray(caption_to_image, dtype=np.int64),
+              "image_group": np.asarray(image_group, dtype=np.int64)}
+    if ids is not None:
+        arrays["ids"] = index_ids(ids)
+    if captions is not None:
+        arrays["captions"] = caption_digests(captions)
+    with atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, array, allow_pickle=False)
+            archive.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)),
+                             buffer.getvalue())
+
+
+def read_index(path: str | os.PathLike) -> SavedIndex:
+    """Read a noise index: ncclean's ``.npz`` or a bare ``.npy`` (ncclean's older files and the
+    published NCR / BiCro / PC2 / L2RM / RCL ones). Raises :class:`IndexFileError`."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise IndexFileError(f"cannot read noise index {path}: {error}") from None
+    if isinstance(loaded, np.ndarray):
+        return SavedIndex(loaded)
+    with loaded:
+        if "caption_to_image" not in loaded.files:
+            raise IndexFileError(f"cannot read noise index {path}: no caption_to_image array "
+                                 f"(it holds {', '.join(loaded.files) or 'nothing'})")
+        try:
+            arrays = {name: loaded[name] for name in ("caption_to_image", "image_group", "ids",
+                                                      "captions") if name in loaded.files}
+        except (OSError, ValueError) as error:
+            raise IndexFileError(f"cannot read noise index {path}: {error}") from None
+    index = arrays["caption_to_image"]
+    for name in ("image_group", "ids", "captions"):
+        if name in arrays and arrays[name].shape != index.shape:
+            raise IndexFileError(f"noise index {path}: {name} has {arrays[name].shape} entries "
+                                 f"for {index.shape} in caption_to_image")
+    return SavedIndex(index, arrays.get("image_group"), arrays.get("ids"), arrays.get("captions"))
+
+
+def align_index(saved: SavedIndex, image_group: np.ndarray, ids: pa.Array | None = None,
+                captions: list[str] | None = None, *,
+                name: str | os.PathLike = "noise index") -> np.ndarray:
+    """``caption_to_image`` (``(n_pairs,) int64``) for this corpus from a saved index, checked.
+
+    With ids in the file and ``ids`` given (the corpus's id column), rows are matched by id, in
+    any order; with the file's ``image_group``, the corpus must group its images the same way;
+    without ids, at most :data:`CAPTION_SLACK` of the rows may hold other ``captions`` than the
+    file's. A file with none of these (published) is applied by position (:func:`apply_index`)
+    and refused when it moves over :data:`PUBLISHED_SLACK` more of this corpus's captions than it
+    does in its own order. Raises :class:`IndexFileError` saying which check failed.
+    """
+    image_group = np.asarray(image_group, dtype=np.int64)
+    name = str(name)
+    if saved.image_group is None:
+        caption_to_image = apply_index(saved.caption_to_image, image_group)
+        _check_published(saved.caption_to_image, caption_to_image, image_group, name)
+        return caption_to_image
+    index, old_group = saved.caption_to_image.astype(np.int64), saved.image_group
+    if len(index) != len(image_group):
+        raise IndexFileError(f"{name} was written for {len(index):,} rows; this corpus has "
+                             f"{len(image_group):,}")
+    matched = saved.ids is not None and ids is not None
+    if matched:
+        rows = _rows_of(saved.ids, index_ids(ids), name)
+        index, old_group = index.copy(), old_group.copy()
+        index[rows], old_group[rows] = saved.caption_to_image, saved.image_group
+    caption_to_image = _renumber(index, old_group, image_group, name)
+    if not matched and saved.captions is not None and captions is not None:
+        differ = saved.captions != caption_digests(captions)
+        if differ.mean() > CAPTION_SLACK:
+            raise IndexFileError(
+                f"{name} was written for other captions in these rows ({int(differ.sum()):,} of "
+                f"{len(differ):,} differ, first: row {int(np.flatnonzero(differ)[0])}); apply it "
+                "to the rows it was written for, in the same order"
+            )
+    return caption_to_image
+
+
+def _rows_of(saved_ids: np.ndarray, ids: np.ndarray, name: str) -> np.ndarray:
+    """The corpus row of every saved id (``(n,) int64``); the identity when the order is the
+    same."""
+    if saved_ids.dtype.kind == ids.dtype.kind and np.array_equal(saved_ids, ids):
+        return np.arange(len(ids))
+    if saved_ids.dtype.kind != ids.dtype.kind:
+        kinds = {"i": "integer"}
+        raise IndexFileError(f"{name} was written for {kinds.get(saved_ids.dtype.kind, 'text')} "
+                             f"ids; this corpus's ids are {kinds.get(ids.dtype.kind, 'text')}")
+    order = np.argsort(ids, kind="stable")
+    at = np.minimum(np.searchsorted(ids[order], saved_ids), len(ids) - 1)
+    rows = order[at]
+    missing = ids[rows] != saved_ids
+    if missing.any():
+        first = saved_ids[np.flatnonzero(missing)[0]].item()
+        raise IndexFileError(f"{name} names {int(missing.sum()):,} ids this corpus does not hold "
+                             f"(first: {first!r}); it was written for another corpus")
+    if len(np.unique(rows)) != len(rows):
+        raise IndexFileError(f"{name}: the ids repeat, so rows in another order cannot be "
+                             "matched; apply it to the rows in the order it was written for")
+    return rows
+
+
+def _renumber(index: np.ndarray, old_group: np.ndarray, image_group: np.ndarray,
+              name: str) -> np.ndarray:
+    """Translate image numbers of the grouping the index was drawn on (``old_group``, row by row
+    as the corpus is now) into this corpus's ``image_group``; refuse groupings that differ."""
+    pairs = np.unique(np.stack([old_group, image_group]), axis=1)
+    new_per_old, old_per_new = np.bincount(pairs[0]), np.bincount(pairs[1])
+    split = (new_per_old[old_group] > 1) | (old_per_new[image_group] > 1)
+    if split.any():
+        raise IndexFileError(
+            f"{name} does not fit this corpus: its images are grouped differently (row "
+            f"{int(np.flatnonzero(split)[0])} shares its image with other rows than when the index "
+            "was written); apply it to the rows it was written for, in the same order"
+        )
+    new_of_old = np.full(int(max(old_group.max(), index.max())) + 1, -1, dtype=np.int64)
+    new_of_old[pairs[0]] = pairs[1]
+    caption_to_image = new_of_old[np.maximum(index, 0)]
+    if (index < 0).any() or (caption_to_image < 0).any():
+        raise IndexFileError(f"{name} moves captions to images its own grouping does not have")
+    return caption_to_image
+
+
+def _check_published(index: np.ndarray, caption_to_image: np.ndarray, image_group: np.ndarray,
+                     name: str) -> None:
+    """Refuse a caption-level index that moves far more captions here than in its own order.
+
+    Noise is a permutation of images among captions, so the index's values sorted are the clean
+    layout of the order it was made for (each image's captions together, images in order, as the
+    reference code stores F30K and COCO), and ``index != sort(index)`` its own noise. On rows in
+    another order nearly every caption moves. Only excess is refused: on a corpus stored in another
+    layout (captions of one image apart) the sorted estimate overstates the file's own noise.
+    """
+    if len(index) != len(image_group) or not len(index):
+        return  # an image permutation moves whole images: nothing row-wise to compare
+    own = float(np.mean(index != np.sort(index)))
+    here = float(np.mean(caption_to_image != image_group))
+    if here > own + PUBLISHED_SLACK:
+        raise IndexFileError(
+            f"{name} moves {own:.1%} of captions in its own order but would move {here:.1%} of "
+            "this corpus's: the rows are not in the order it was made for (a published index "
+            "assumes the reference order, each image's captions next to each other)"
+        )

@@ -24,8 +24,11 @@ IMAGE_ID = "image_id"
 
 @dataclass(frozen=True)
 class Columns:
-    """Column names as requested. ``None`` for ``id``/``image_id`` means "use the default name
-    (``id``, ``image_id``) if the file has it"; embedding columns are used only when named."""
+    """Column names as requested, and how far the image column is trusted. ``None`` for
+    ``id``/``image_id`` means "use the default name (``id``, ``image_id``) if the file has it";
+    embedding columns are used only when named. ``allow_absolute_paths``: image paths may point
+    outside the Parquet file's folder (absolute, or out with ``..``); by default such a row is
+    invalid and the file is never opened."""
 
     caption: str = "caption"
     image: str = "image"
@@ -33,6 +36,7 @@ class Columns:
     image_id: str | None = None
     image_emb: str | None = None
     text_emb: str | None = None
+    allow_absolute_paths: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ def test_reads_pairs_and_groups_images_by_content(small_pairs):
     assert corpus.valid.all() and corpus.images is None
 
 
-def test_image_id_column_defines_the_groups_without_reading_images(tmp_path):
+def test_image_id_column_defines_the_groups_of_equal_images(tmp_path):
     path = write_parquet(tmp_path / "p.parquet", {
         "image_id": [7, 7, 3, None, 3],
         "image": [b"broken"] * 5,
@@ -30,6 +30,7 @@ def test_image_id_column_defines_the_groups_without_reading_images(tmp_path):
     assert corpus.image_group.tolist() == [0, 0, 1, 2, 1]  # the null image_id is its own image
     assert corpus.ids.to_pylist() == [0, 1, 2, 3, 4]  # no id column: row numbers
     assert corpus.valid.all()  # images are not decoded unless asked
+    assert corpus.image_id_splits == 0
 
 
 def test_invalid_rows_are_kept_with_a_reason(tmp_path, huge_png_bytes):
@@ -91,7 +92,7 @@ def test_embeddings_with_nan_wrong_length_and_nulls(tmp_path):
         "caption": ["a", "b", "c", "d", "e"],
         "img": pa.array([[1, 2, 3], [4, 5, 6], [1, math.nan, 3], [1, 2], None],
                         pa.list_(pa.float64())),
-        "txt": pa.array([[0.5] * 2] * 5, pa.list_(pa.float16(), 2)),
+        "txt": pa.array([[0.5, i] for i in range(5)], pa.list_(pa.float16(), 2)),
     })
     corpus = read_corpus(path, Columns(image_emb="img", text_emb="txt"))
     assert corpus.image_emb.dtype == np.float32 and corpus.image_emb.shape == (5, 3)
@@ -140,7 +141,8 @@ def test_only_needed_columns_are_read(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
     read_corpus(path)
-    assert seen == [["caption", "image_id"]]  # neither the image bytes nor other columns
+    # The image bytes once (each row's is hashed: rows of one image_id may differ), not "blob".
+    assert seen == [["caption", "image_id", "image"]]
 
 
 def test_decoded_images_are_cached_by_content(shapes, tmp_path, monkeypatch):
@@ -191,3 +193,30 @@ def test_row_hashes_group_equal_rows_only():
         hashes = row_hashes(rows).to_pylist()
         assert hashes[7] == hashes[3] and hashes[8] != hashes[3]
         assert len(set(hashes)) == 49
+
+
+def test_every_row_of_an_image_id_is_checked_on_its_own_image(tmp_path, huge_png_bytes):
+    red, blue = png_bytes((200, 0, 0)), png_bytes((0, 0, 200))
+    path = write_parquet(tmp_path / "p.parquet", {
+        "image_id": [1, 1, 1, 2, 2, 2],
+        "image": [red, red[:60], huge_png_bytes, blue, blue, png_bytes((0, 200, 0))],
+        "caption": list("abcdef"),
+    })
+    corpus = read_corpus(path, image_size=4)
+    # Rows whose bytes differ from their image_id's first row are images of their own: the bad
+    # ones are invalid alone, the good one is decoded and scored against its own pixels.
+    assert corpus.image_group.tolist() == [0, 1, 2, 3, 3, 4]
+    assert corpus.image_id_splits == 3
+    assert [r is None for r in corpus.reasons] == [True, False, False, True, True, True]
+    assert corpus.reasons[1].startswith("undecodable image")
+    assert corpus.reasons[2].startswith("image too large")
+    assert tuple(corpus.images[4][2, 2]) == (0, 200, 0)
+
+
+def test_a_reason_never_splits_into_two_kinds(tmp_path):
+    path = write_parquet(tmp_path / "p.parquet", {
+        "image": ["https://example.com/a.png", "b.png"], "caption": ["", "b"]})
+    corpus = read_corpus(path, image_size=4)
+    corpus.mark(1, "made up; with a semicolon")
+    assert corpus.invalid_counts() == {"empty caption": 1, "image is a URL": 1,
+                                       "missing image": 1, "made up, with a semicolon": 1}

@@ -176,3 +176,50 @@ def test_a_bad_index_file(shapes, tmp_path):
     bad.write_bytes(b"nonsense")
     with pytest.raises(IndexFileError, match="cannot read noise index"):
         api.inject_noise(shapes, tmp_path / "o.parquet", index=bad)
+
+
+# ------------------------------------------------------------------------------- index files
+
+
+def test_index_files_are_byte_identical_and_old_npy_files_still_apply(shapes, tmp_path):
+    from ncclean.data.noise import read_index
+
+    first = api.inject_noise(shapes, tmp_path / "a.parquet", ratio=0.3, seed=2)
+    api.inject_noise(shapes, tmp_path / "b.parquet", ratio=0.3, seed=2)
+    assert first.index_file.name == "a.parquet.noise.npz"
+    assert first.index_file.read_bytes() == (tmp_path / "b.parquet.noise.npz").read_bytes()
+    saved = read_index(first.index_file)
+    assert saved.ids is not None and saved.image_group is not None and saved.captions is not None
+    np.save(tmp_path / "old.npy", saved.caption_to_image)  # what ncclean 0.1 wrote
+    api.inject_noise(shapes, tmp_path / "c.parquet", index=tmp_path / "old.npy")
+    assert (tmp_path / "c.parquet").read_bytes() == (tmp_path / "a.parquet").read_bytes()
+
+
+def test_align_index_checks():
+    import pyarrow as pa
+
+    from ncclean.data.noise import SavedIndex, align_index, caption_digests
+
+    group = np.repeat(np.arange(4), 2)
+    index = np.array([1, 0, 0, 2, 3, 2, 3, 1])  # a noisy layout on images stored one by one
+    assert align_index(SavedIndex(index), group).tolist() == index.tolist()  # published, in order
+    # Rows shuffled under a published index: nearly every caption would move.
+    order = np.array([7, 2, 5, 0, 3, 6, 1, 4])
+    shuffled_group = np.unique(group[order], return_inverse=True)[1]
+    with pytest.raises(IndexFileError, match="not in the order it was made for"):
+        align_index(SavedIndex(index), np.array([0, 1, 2, 3, 0, 1, 2, 3]))
+    # One of ncclean's own: ids follow the rows, wherever they went.
+    ids = pa.array([f"r{i}" for i in range(8)])
+    own = SavedIndex(index, group, np.array(ids.to_pylist()))
+    moved = align_index(own, shuffled_group, ids.take(pa.array(order)))
+    # Row k now holds old row order[k]; its new image is the one old row order[k] was sent to.
+    old_image_of_group = {int(shuffled_group[k]): int(group[order[k]]) for k in range(8)}
+    assert [old_image_of_group[int(g)] for g in moved] == index[order].tolist()
+    # Without ids, the captions tell: the same grouping but other captions in the rows.
+    captions = [f"c{i}" for i in range(8)]
+    by_caption = SavedIndex(index, group, None, caption_digests(captions))
+    assert align_index(by_caption, group, None, captions).tolist() == index.tolist()
+    with pytest.raises(IndexFileError, match=r"other captions in these rows \(8 of 8 differ"):
+        align_index(by_caption, group, None, captions[::-1])
+    with pytest.raises(IndexFileError, match="grouped differently"):
+        align_index(by_caption, shuffled_group, None, captions)
