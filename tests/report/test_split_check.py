@@ -13,7 +13,8 @@ from PIL import Image
 from ncclean import api
 from ncclean.cli import main
 from ncclean.errors import BadOptionError, NcCleanError, OutputError, SchemaError
-from ncclean.report.scored import bootstrap_interval, fetch_rows, open_scored
+from ncclean.data.scored import fetch_rows, open_scored
+from ncclean.report.noise import bootstrap_interval
 
 FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
 
