@@ -124,7 +124,7 @@ def score(
         try:
             rate = float(noise_rate)
         except ValueError:
-            rate = noise_rate  # the cut says what is wrong with it
+            rate = noise_rate  # the library says what is wrong with it
     columns = options.columns(caption_col, image_col, id_col, image_id_col, image_emb_col,
                               text_emb_col)
     matcher = MatcherOptions(

@@ -86,8 +86,8 @@ def retrain_scored(input: PathLike, test: PathLike, *, keep: str, pseudo_caption
 
         own, saved_test = saved.config, test_features  # features for its vocabulary and size
         if own.to_dict() != matcher_config.to_dict():
-            if own.image_tower == "pixels" and own.image_size != matcher_config.image_size:
-                held_out = read_corpus(test, columns, image_size=own.image_size,
+            if decoded_size(own) not in (None, decoded_size(matcher_config)):
+                held_out = read_corpus(test, columns, image_size=decoded_size(own),
                                        cache_dir=cache, progress=progress)
             saved_test = build_features(held_out, own, cache_dir=cache, device=device,
                                         progress=progress)
