@@ -207,3 +207,104 @@ def test_rare_clean_above_reaches_the_partition_and_the_sidecar(noisy, tmp_path)
     assert cut["rare_clean_above"] == 0.0 and cut["rare_count"] == 10**6
     assert json.loads((tmp_path / "plain.parquet.json").read_text())["cut"][
         "rare_clean_above"] is None
+
+
+def test_rare_count_reaches_the_stages_and_the_sidecar_under_an_auto_noise_rate(
+        noisy, tmp_path, monkeypatch, capsys):
+    import ncclean.stages.significance as module
+
+    def nothing_specific(matcher, features, clean_prob, clean, config, **kwargs):
+        return np.full(features.n_pairs, 0.5), {}  # every clean caption says too little
+
+    monkeypatch.setattr(module, "significance", nothing_specific)
+    table = pq.read_table(noisy).to_pydict()
+    for i in range(0, len(table["caption"]), 4):  # a collection name on 23 of the 90 pairs
+        table["caption"][i] = "Part of the Flat Icon Collection"
+    write_parquet(tmp_path / "named.parquet", table)
+    parts = {}
+    for count in (2, 50):
+        out = tmp_path / f"rare{count}.parquet"
+        args = ["score", str(tmp_path / "named.parquet"), "-o", str(out), "--noise-rate", "auto",
+                "--rare-count", str(count), "--image-size", "32", "--embed-dim", "32",
+                "--cache-dir", str(tmp_path / "cache"), "--json"]
+        for key, value in FAST.items():
+            args += ["-p", f"{key}={value}"]
+        assert main(args) == 0, capsys.readouterr().err
+        cut = json.loads(out.with_name(out.name + ".json").read_text())["cut"]
+        assert cut["rare_count"] == count and cut["noise_rate_source"] == "auto"
+        assert cut["noise_rate"] == pytest.approx(json.loads(capsys.readouterr().out)["noise_rate"])
+        parts[count] = pq.read_table(out).column("partition").to_pylist()
+    # the same scores and cut; only what counts as a rare caption differs
+    assert [p == "noisy" for p in parts[2]] == [p == "noisy" for p in parts[50]]
+    assert "clean_insignificant" in parts[2]  # the collection name is not rare at 2
+    assert "clean_insignificant" not in parts[50]  # every caption is rare at 50
+
+
+def test_options_check_themselves_and_loose_keywords_fold_into_them():
+    from ncclean.options import (
+        DEFAULT_CUT,
+        Cut,
+        MatcherOptions,
+        RunOptions,
+        StageOptions,
+        fold_keywords,
+    )
+
+    for make in (lambda: Cut(noise_rate="most"), lambda: Cut(noise_rate=1.5),
+                 lambda: Cut(noise_rate="auto", rare_clean_above=0.1),
+                 lambda: Cut(rare_count=0), lambda: MatcherOptions(finetune="some"),
+                 lambda: MatcherOptions(embed_dim=1), lambda: StageOptions(significance="vibes"),
+                 lambda: StageOptions(significance_passes=0), lambda: RunOptions(seed=-1),
+                 lambda: RunOptions(max_image_pixels=0)):
+        with pytest.raises(BadOptionError):
+            make()
+    auto = Cut(clean_above=0.7, noise_rate="auto", rare_count=50)
+    assert auto.with_estimate(0.25) == Cut(clean_above=0.7, noise_rate=0.25, rare_count=50)
+    with pytest.raises(BadOptionError, match="gives no estimate"):
+        auto.with_estimate(None, "nope")
+    groups = fold_keywords({"cut": DEFAULT_CUT, "run": RunOptions()},
+                           {"rare_count": 7, "seed": 3})
+    assert groups["cut"] == Cut(clean_above=0.8, rare_count=7) and groups["run"].seed == 3
+    with pytest.raises(TypeError, match="epochz"):
+        fold_keywords({"run": RunOptions()}, {"epochz": 3})
+
+
+def test_sidecar_records_every_option_group_whole(noisy, tmp_path):
+    from dataclasses import fields
+
+    from ncclean.data.schema import Columns
+    from ncclean.options import GROUPS
+
+    score(noisy, tmp_path / "s.parquet", significance="off", seed=2)
+    sidecar = json.loads((tmp_path / "s.parquet.json").read_text())
+    recorded = sidecar["options"]
+    assert set(recorded) == {"columns", *GROUPS}
+    for name, kind in [("columns", Columns), *GROUPS.items()]:
+        assert list(recorded[name]) == [f.name for f in fields(kind)]
+    assert recorded["run"]["seed"] == 2 and recorded["stages"]["significance"] == "off"
+    assert recorded["matcher"]["embed_dim"] == 32 and recorded["cut"]["clean_above"] == 0.8
+
+
+def test_cli_option_objects_and_loose_keywords_write_the_same_bytes(noisy, tmp_path):
+    from ncclean.options import Cut, MatcherOptions, RunOptions, StageOptions
+
+    cache = tmp_path / "cache"
+    args = ["score", str(noisy), "-o", str(tmp_path / "cli.parquet"), "--seed", "4",
+            "--image-size", "32", "--embed-dim", "32", "--clean-above", "0.6",
+            "--significance-passes", "2", "--cache-dir", str(cache), "--json"]
+    for key, value in FAST.items():
+        args += ["-p", f"{key}={value}"]
+    assert main(args) == 0
+    api.score(noisy, tmp_path / "objects.parquet", "gmm", FAST,
+              matcher=MatcherOptions(clip_model="ViT-B-32", embed_dim=32, image_size=32),
+              cut=Cut(clean_above=0.6, noisy_below=0.5), stages=StageOptions(significance_passes=2),
+              run=RunOptions(seed=4, cache_dir=cache))
+    api.score(noisy, tmp_path / "loose.parquet", method="gmm", params=FAST, seed=4,
+              clip_model="ViT-B-32", embed_dim=32, image_size=32, clean_above=0.6,
+              significance_passes=2, cache_dir=cache)
+    written = {name: (tmp_path / f"{name}.parquet").read_bytes()
+               for name in ("cli", "objects", "loose")}
+    assert written["cli"] == written["objects"] == written["loose"]
+    options = [json.loads((tmp_path / f"{name}.parquet.json").read_text())["options"]
+               for name in ("cli", "objects", "loose")]
+    assert options[0] == options[1] == options[2]

@@ -62,13 +62,15 @@ def pct(part: int, whole: int) -> str:
 
 def render_score(out, summary) -> None:
     """The run summary of ``ncclean score``: rows, partitions, noise estimate, time."""
+    from ncclean.data.results import INVALID, NOISY
+
     counts = summary.partition_counts
     seconds = summary.seconds
     out.print(f"[bold]score[/bold] ({summary.method}, {summary.device}): {summary.n_pairs:,} "
               f"pairs in {seconds.get('total', 0):.1f} s (read {seconds.get('read', 0):.1f} s, "
               f"method {seconds.get('method', 0):.1f} s, stages {seconds.get('stages', 0):.1f} s)")
     for name, count in counts.items():
-        if count or name != "invalid":
+        if count or name != INVALID:
             out.print(f"  {name:<20} {count:>9,}  {pct(count, summary.n_pairs):>6}")
     if summary.noise_rate is not None:
         out.print(f"  estimated noise rate {summary.noise_rate:.1%}")
@@ -78,7 +80,7 @@ def render_score(out, summary) -> None:
                   f"AP {d['ap']:.3f}, precision {d['precision']:.3f}, recall {d['recall']:.3f}")
     if summary.n_pseudo_captions:
         out.print(f"  pseudo-captions for {summary.n_pseudo_captions:,} of "
-                  f"{counts['noisy']:,} noisy pairs")
+                  f"{counts[NOISY]:,} noisy pairs")
     out.print(f"  wrote {summary.output} (+ .json)")
 
 
@@ -142,8 +144,6 @@ def render_retrain(out, summary) -> None:
     """The arms of ``ncclean retrain`` side by side: Recall@1/5/10 both ways and rSum."""
     from rich.table import Table
 
-    from ncclean.evaluate.retrain import FALLING, RISING, SMALL
-
     kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
     table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
                   f"each, {summary.schedule} rate, seed {summary.seed}; encoders "
@@ -164,23 +164,20 @@ def render_retrain(out, summary) -> None:
         if result.get("curve"):
             points = ", ".join(f"{p['step']:,}: {p['rsum']:.1f}" for p in result["curve"])
             out.print(f"  {arm}: strict rSum by step: {points}")
-    rising = {arm: result["late_slope"] for arm, result in summary.arms.items()
-              if (result.get("late_slope") or 0) >= RISING}
-    if rising:
-        slopes = ", ".join(f"{arm} +{slope:.1f}" for arm, slope in rising.items())
+    if summary.still_improving:
+        slopes = ", ".join(f"{arm} +{slope:.1f}" for arm, slope in summary.still_improving.items())
         out.print(f"  [yellow]still improving at the last step[/] ({slopes} rSum per 1,000 steps "
                   "over the second half): the arms have not levelled off, and the comparison may "
                   "change with more --steps")
-    past = {arm: result["best"] for arm, result in summary.arms.items()
-            if (result.get("best") or {}).get("drop", 0) >= FALLING}
-    if past:
+    if summary.past_best:
         peaks = ", ".join(f"{arm} {best['rsum']:.1f} near step {best['step']:,}, "
-                          f"{best['drop']:.1f} lower at the end" for arm, best in past.items())
+                          f"{best['drop']:.1f} lower at the end"
+                          for arm, best in summary.past_best.items())
         out.print(f"  [yellow]past its best[/] ({peaks}; means over 3 evaluations): the matcher "
                   "overfits its selection before the last step, so the last readings understate "
                   "it; compare the arms over their curves or with fewer --steps")
-    cleaned = summary.arms.get("cleaned", {}).get("n_pairs")
-    if summary.n_valid and cleaned is not None and cleaned < SMALL * summary.n_valid:
+    if summary.small_selection:
+        cleaned = summary.arms["cleaned"]["n_pairs"]
         out.print(f"  [yellow]a small selection[/] ({cleaned:,} of {summary.n_valid:,} valid "
                   f"pairs, {cleaned / summary.n_valid:.1%}): so few pairs can train a worse "
                   "matcher than the raw corpus; a calibrated cut keeps few when most pairs are "

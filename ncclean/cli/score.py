@@ -115,6 +115,7 @@ def score(
     method's columns (plus OUTPUT.json)."""
     from ncclean import api
     from ncclean.cli.render import console, print_json, progress_bars, render_score
+    from ncclean.options import Cut, MatcherOptions, RunOptions, StageOptions
 
     params = _params(param)
     if epochs is not None:
@@ -127,20 +128,20 @@ def score(
             rate = noise_rate  # the library says what is wrong with it
     columns = options.columns(caption_col, image_col, id_col, image_id_col, image_emb_col,
                               text_emb_col, allow_absolute_paths)
+    matcher = MatcherOptions(
+        image_encoder=image_encoder, text_encoder=text_encoder, embed_dim=embed_dim,
+        image_size=image_size, clip_model=clip_model, clip_pretrained=clip_pretrained,
+        clip_checkpoint=clip_checkpoint, finetune=finetune, load_matcher=load_matcher)
+    cut = Cut(clean_above=clean_above, noisy_below=noisy_below, noise_rate=rate,
+              rare_clean_above=rare_clean_above, rare_count=rare_count)
+    stages = StageOptions(significance=significance, significance_passes=significance_passes,
+                          pseudo_captions=pseudo_captions)
+    run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
+                     checkpoint_dir=checkpoint_dir, resume=resume, strict=strict,
+                     max_image_pixels=max_image_pixels, save_matcher=save_matcher)
     with progress_bars(not json_) as progress:
-        summary = api.score(
-            input, output, method=method, params=params, columns=columns,
-            image_encoder=image_encoder, text_encoder=text_encoder, embed_dim=embed_dim,
-            image_size=image_size, seed=seed, device=device,
-            clean_above=clean_above, noisy_below=noisy_below, noise_rate=rate,
-            rare_clean_above=rare_clean_above, rare_count=rare_count,
-            significance=significance, significance_passes=significance_passes,
-            pseudo_captions=pseudo_captions,
-            load_matcher=load_matcher, save_matcher=save_matcher, checkpoint_dir=checkpoint_dir,
-            resume=resume, cache_dir=False if no_cache else (cache_dir or True), strict=strict,
-            max_image_pixels=max_image_pixels, clip_model=clip_model,
-            clip_pretrained=clip_pretrained, clip_checkpoint=clip_checkpoint,
-            finetune=finetune, progress=progress)
+        summary = api.score(input, output, method, params, columns=columns, matcher=matcher,
+                            cut=cut, stages=stages, run=run, progress=progress)
     if json_:
         print_json(summary.as_dict())
         return

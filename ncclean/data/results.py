@@ -28,8 +28,15 @@ from ncclean.data.corpus import Corpus
 from ncclean.data.parquet import sidecar_path, write_json, write_pairs
 from ncclean.data.schema import INVALID_REASON
 
-PARTITIONS: tuple[str, ...] = ("clean_significant", "clean_insignificant", "vague", "noisy",
-                               "invalid")
+CLEAN_SIGNIFICANT = "clean_significant"
+CLEAN_INSIGNIFICANT = "clean_insignificant"
+VAGUE = "vague"
+NOISY = "noisy"
+INVALID = "invalid"
+PARTITIONS: tuple[str, ...] = (CLEAN_SIGNIFICANT, CLEAN_INSIGNIFICANT, VAGUE, NOISY, INVALID)
+"""Every partition name, in contract order; use these constants, not the strings."""
+CLEAN: tuple[str, ...] = (CLEAN_SIGNIFICANT, CLEAN_INSIGNIFICANT)
+"""The two clean partitions."""
 CONTRACT_COLUMNS: tuple[str, ...] = ("clean_prob", "partition", "significance", "pseudo_caption",
                                      "pseudo_caption_id", "pseudo_caption_score", INVALID_REASON)
 
@@ -51,6 +58,45 @@ class PairResults:
     pseudo_caption_row: np.ndarray | None = None
     pseudo_caption_score: np.ndarray | None = None
     method_columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def from_pairs(cls, n: int, rows: np.ndarray, clean_prob: np.ndarray,
+                   partition: np.ndarray, significance: np.ndarray | None = None,
+                   donor: np.ndarray | None = None, donor_score: np.ndarray | None = None,
+                   method_columns: Mapping[str, np.ndarray] | None = None) -> PairResults:
+        """The results of the scored pairs placed back at their input ``rows`` (``(m,) int64``,
+        the features' rows) among ``n`` rows: ``clean_prob``, ``partition``, ``significance``,
+        ``donor_score`` and ``method_columns`` are ``(m,)`` per pair, ``donor`` the ``(m,)``
+        pair index of each pseudo-caption's donor (-1 for none). Rows that were not scored are
+        ``invalid``, NaN or -1."""
+        full_partition = np.full(n, INVALID, dtype=object)
+        full_partition[rows] = partition
+        donor_row = None
+        if donor is not None:  # pair indices -> input rows
+            donor_row = np.full(n, -1, dtype=np.int64)
+            has = donor >= 0
+            donor_row[rows[has]] = rows[donor[has]]
+        return cls(
+            clean_prob=scatter(clean_prob, rows, n), partition=full_partition,
+            significance=None if significance is None else scatter(significance, rows, n),
+            pseudo_caption_row=donor_row,
+            pseudo_caption_score=None if donor_score is None else scatter(donor_score, rows, n),
+            method_columns={name: scatter(values, rows, n)
+                            for name, values in (method_columns or {}).items()})
+
+
+def scatter(values: np.ndarray, rows: np.ndarray, n: int, fill=float("nan")) -> np.ndarray:
+    """``values`` (``(m,)``) of the scored pairs placed at their ``rows`` in an ``(n,)`` array:
+    float64 NaN elsewhere for floats, zeros for other numbers, ``fill`` for objects."""
+    values = np.asarray(values)
+    if values.dtype == object:
+        out = np.full(n, fill, dtype=object)
+    elif np.issubdtype(values.dtype, np.floating):
+        out = np.full(n, np.nan)
+    else:
+        out = np.zeros(n, dtype=values.dtype)
+    out[rows] = values
+    return out
 
 
 def _float_column(values: np.ndarray | None, keep: np.ndarray) -> pa.Array:
@@ -76,13 +122,13 @@ def result_columns(corpus: Corpus, results: PairResults) -> dict[str, pa.Array]:
     scored = clean_prob[valid]
     if np.isnan(scored).any() or (scored < 0).any() or (scored > 1).any():
         raise ValueError("clean_prob must lie in [0, 1] for every valid row")
-    partition = np.where(valid, np.asarray(results.partition, dtype=object), "invalid")
+    partition = np.where(valid, np.asarray(results.partition, dtype=object), INVALID)
     unknown = set(partition.tolist()) - set(PARTITIONS)
     if unknown:
         raise ValueError(f"unknown partition {sorted(unknown)}; expected one of {PARTITIONS}")
 
     donor = results.pseudo_caption_row
-    has_donor = valid & (partition == "noisy") & (donor >= 0) if donor is not None \
+    has_donor = valid & (partition == NOISY) & (donor >= 0) if donor is not None \
         else np.zeros(n, dtype=bool)
     donor_rows = np.where(has_donor, donor if donor is not None else 0, 0)
     captions = np.asarray(corpus.captions, dtype=object)

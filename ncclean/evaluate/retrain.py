@@ -35,26 +35,28 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ncclean.data.results import CLEAN, CLEAN_SIGNIFICANT, NOISY, PARTITIONS, VAGUE
 from ncclean.evaluate.retrieval import retrieval_metrics
 from ncclean.models.features import Features
 from ncclean.models.matcher import MatcherConfig, build_matcher
 from ncclean.progress import Progress, no_progress
+from ncclean.records import Summary
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import contrastive_ce, negative_mask
-from ncclean.train.scoring import embed
+from ncclean.train.scoring import embed as embed_pairs
 
 KEEPS = ("clean", "significant", "clean+vague", "weighted")
 SCHEDULES = ("cosine", "constant")
 RISING = 5.0  # rSum per 1,000 steps over a curve's second half: the arm was still improving
 FALLING = 5.0  # rSum between a curve's best stretch and its end: the arm was past its best
 SMALL = 0.1  # a cleaned arm with under this share of the valid pairs: warn that it is small
-CLEAN = ("clean_significant", "clean_insignificant")
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,13 @@ def cleaned_arm(partition: np.ndarray, clean_prob: np.ndarray, keep: str,
         chosen = np.ones(n, dtype=bool)
         weights = np.clip(np.nan_to_num(clean_prob, nan=0.0), 0.0, 1.0)
     else:
-        names = {"clean": CLEAN, "significant": ("clean_significant",),
-                 "clean+vague": CLEAN + ("vague",)}[keep]
+        names = {"clean": CLEAN, "significant": (CLEAN_SIGNIFICANT,),
+                 "clean+vague": CLEAN + (VAGUE,)}[keep]
         chosen = np.isin(partition, names)
         weights = np.ones(n)
     text_group = None
     if pseudo_text_group is not None:
-        swapped = (partition == "noisy") & (pseudo_text_group >= 0)
+        swapped = (partition == NOISY) & (pseudo_text_group >= 0)
         chosen |= swapped
         weights = np.where(swapped, 1.0, weights)
         text_group = pseudo_text_group
@@ -174,7 +176,7 @@ def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
 def evaluate(matcher, test: Features, device: str = "cpu") -> dict[str, dict[str, float]]:
     """Recall@1/5/10 both ways and rSum on ``test``, strict (the caption's own image) and by
     text identity (any caption with the same text as one of the image's)."""
-    embeddings = embed(matcher, test, device)
+    embeddings = embed_pairs(matcher, test, device)
     sims = embeddings.images @ embeddings.texts[test.text_group].T
     strict = retrieval_metrics(sims, test.image_group)
     by_text = retrieval_metrics(sims, test.image_group, test.text_group)
@@ -235,3 +237,92 @@ def gap_recovered(arms: dict[str, dict], cleaned: str) -> float | None:
     if abs(high - low) < 1e-9:
         return None
     return (arms[cleaned]["strict"]["rsum"] - low) / (high - low)
+
+
+def selection_arms(partition_codes: np.ndarray, clean_prob: np.ndarray, keep: str, *,
+                   pseudo_text_group: np.ndarray | None = None, baseline: bool = False,
+                   noisy_gt: np.ndarray | None = None) -> list[Arm]:
+    """The arms of a retrain over the scored corpus's valid pairs (``(n,)`` each, in feature
+    order): ``partition_codes`` (indices into :data:`~ncclean.data.results.PARTITIONS`),
+    ``clean_prob`` and, for ``keep``, :func:`cleaned_arm`; with ``baseline`` also ``noisy``
+    (every pair) and, with ``noisy_gt`` (``(n,) bool``), ``oracle`` (the truly clean pairs)."""
+    from ncclean.errors import BadOptionError
+
+    partition = np.asarray(PARTITIONS, dtype=object)[partition_codes]
+    arm = cleaned_arm(partition, clean_prob, keep, pseudo_text_group)
+    if len(arm.pairs) < 2:
+        raise BadOptionError(f"--keep {keep} selects {len(arm.pairs)} pairs; nothing to train on")
+    arms = [arm]
+    if baseline:
+        everyone = np.arange(len(partition))
+        arms.append(Arm("noisy", everyone, np.ones(len(everyone))))
+        if noisy_gt is not None:
+            arms.append(Arm("oracle", np.flatnonzero(~noisy_gt), np.ones(int((~noisy_gt).sum()))))
+    return arms
+
+
+def pseudo_text_groups(donor_ids: list, pair_ids: list, text_group: np.ndarray,
+                       rows: np.ndarray) -> np.ndarray:
+    """``(n,) int64``: per valid pair (its input row in ``rows``), the text group of its
+    pseudo-caption's donor, -1 for none. ``donor_ids``: the scored file's ``pseudo_caption_id``
+    per input row; ``pair_ids``: the corpus's pair ids; ``text_group``: per input row."""
+    row_of = {pair_id: row for row, pair_id in enumerate(pair_ids)}
+    donor_row = np.array([row_of.get(d, -1) if d is not None else -1 for d in donor_ids])[rows]
+    return np.where(donor_row >= 0, text_group[np.maximum(donor_row, 0)], -1)
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What a reader should know before comparing the arms: ``still_improving`` (arm -> its
+    late slope, at least :data:`RISING` rSum per 1,000 steps), ``past_best`` (arm -> its best
+    stretch, fallen by at least :data:`FALLING` at the end) and ``small_selection`` (the cleaned
+    arm holds under :data:`SMALL` of the valid pairs)."""
+
+    still_improving: dict[str, float]
+    past_best: dict[str, dict]
+    small_selection: bool
+
+
+def verdicts(arms: dict[str, dict], n_valid: int | None) -> Verdicts:
+    """The :class:`Verdicts` on the results of :func:`run_arms` (``arms``) over ``n_valid``
+    valid pairs."""
+    rising = {arm: result["late_slope"] for arm, result in arms.items()
+              if (result.get("late_slope") or 0) >= RISING}
+    past = {arm: result["best"] for arm, result in arms.items()
+            if (result.get("best") or {}).get("drop", 0) >= FALLING}
+    cleaned = arms.get("cleaned", {}).get("n_pairs")
+    small = bool(n_valid and cleaned is not None and cleaned < SMALL * n_valid)
+    return Verdicts(rising, past, small)
+
+
+def saved_matcher_result(saved, path: str, method: str | None, test: Features,
+                         device: str = "cpu") -> dict:
+    """The ``matcher`` arm: Recall@K of ``saved`` (loaded from ``path``, trained by ``method``)
+    on ``test`` as it is, with no training."""
+    began = time.perf_counter()
+    return {"n_pairs": None, "path": path, "method": method, **evaluate(saved, test, device),
+            "seconds": time.perf_counter() - began}
+
+
+@dataclass(frozen=True)
+class RetrainSummary(Summary):
+    """What a retrain measured: per arm its training size and Recall@K (strict and by text
+    identity), the share of the noisy-to-oracle rSum gap the cleaned arm recovered, and the
+    :class:`Verdicts` (``still_improving``, ``past_best``, ``small_selection``)."""
+
+    input: Path
+    test: Path
+    n_test: int
+    steps: int
+    schedule: str
+    seed: int
+    keep: str
+    pseudo_captions: bool
+    image_encoder: str
+    text_encoder: str
+    arms: dict[str, dict]
+    gap_recovered: float | None
+    n_valid: int | None = None  # the scored corpus's valid pairs, which the arms select from
+    still_improving: dict[str, float] = field(default_factory=dict)
+    past_best: dict[str, dict] = field(default_factory=dict)
+    small_selection: bool = False

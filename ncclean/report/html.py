@@ -21,7 +21,8 @@ from PIL import Image
 
 from ncclean.data.images import RowProblem, load_image_bytes
 from ncclean.data.results import PARTITIONS
-from ncclean.report.scored import Scored, fetch_rows, noise_estimate
+from ncclean.data.scored import Scored, fetch_rows
+from ncclean.report.noise import noise_estimate
 from ncclean.report.svg import Chart
 
 COLOURS = {"clean_significant": "#2a9d8f", "clean_insignificant": "#8ab17d",

@@ -32,40 +32,12 @@ Every clean pair leaves here as ``clean_significant``; the significance stage
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ncclean.errors import BadOptionError
+from ncclean.data.results import CLEAN_SIGNIFICANT, NOISY, VAGUE
+from ncclean.options import Cut
 
-
-@dataclass(frozen=True)
-class Cut:
-    """How clean probabilities become partitions (recorded in the sidecar)."""
-
-    clean_above: float = 0.5
-    noisy_below: float = 0.5
-    noise_rate: float | None = None
-    rare_clean_above: float | None = None
-    rare_count: int = 2
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.noisy_below <= self.clean_above <= 1.0:
-            raise BadOptionError(
-                f"need 0 <= --noisy-below ({self.noisy_below}) <= --clean-above "
-                f"({self.clean_above}) <= 1")
-        if self.noise_rate is not None and not 0.0 <= self.noise_rate <= 1.0:
-            raise BadOptionError(f"--noise-rate must lie in [0, 1], got {self.noise_rate}")
-        if self.rare_clean_above is not None:
-            if self.noise_rate is not None:
-                raise BadOptionError("--rare-clean-above lowers a threshold; it does not combine "
-                                     "with --noise-rate")
-            if not 0.0 <= self.rare_clean_above <= self.clean_above:
-                raise BadOptionError(
-                    f"need 0 <= --rare-clean-above ({self.rare_clean_above}) <= --clean-above "
-                    f"({self.clean_above})")
-        if self.rare_count < 1:
-            raise BadOptionError(f"--rare-count must be at least 1, got {self.rare_count}")
+__all__ = ["Cut", "caption_counts", "partition"]
 
 
 def caption_counts(text_group: np.ndarray) -> np.ndarray:
@@ -79,13 +51,15 @@ def partition(clean_prob: np.ndarray, cut: Cut = Cut(),
               counts: np.ndarray | None = None) -> np.ndarray:
     """``(n,)`` object array of partition names for ``clean_prob`` (``(n,) float``);
     ``counts`` (:func:`caption_counts`) is needed by ``cut.rare_clean_above``."""
+    if cut.auto:
+        raise ValueError("a noise rate of 'auto' must be resolved first (Cut.with_estimate)")
     clean_prob = np.asarray(clean_prob, dtype=np.float64)
-    out = np.full(len(clean_prob), "clean_significant", dtype=object)
+    out = np.full(len(clean_prob), CLEAN_SIGNIFICANT, dtype=object)
     if cut.noise_rate is not None:
-        n_noisy = int(round(cut.noise_rate * len(clean_prob)))
+        n_noisy = int(round(float(cut.noise_rate) * len(clean_prob)))
         # Stable order: ties broken by position, so the same input gives the same cut.
         noisy = np.argsort(clean_prob, kind="stable")[:n_noisy]
-        out[noisy] = "noisy"
+        out[noisy] = NOISY
         return out
     clean_above = np.full(len(clean_prob), cut.clean_above)
     noisy_below = np.full(len(clean_prob), cut.noisy_below)
@@ -95,6 +69,6 @@ def partition(clean_prob: np.ndarray, cut: Cut = Cut(),
         rare = np.asarray(counts) <= cut.rare_count
         clean_above[rare] = cut.rare_clean_above
         noisy_below[rare] = min(cut.noisy_below, cut.rare_clean_above)
-    out[clean_prob < clean_above] = "vague"
-    out[clean_prob < noisy_below] = "noisy"
+    out[clean_prob < clean_above] = VAGUE
+    out[clean_prob < noisy_below] = NOISY
     return out

@@ -19,6 +19,7 @@ from ncclean.evaluate.retrain import (
     cleaned_arm,
     gap_recovered,
     late_slope,
+    verdicts,
 )
 from ncclean.testing import tiny_features
 from tests.helpers import retrain_corpus
@@ -138,6 +139,25 @@ def test_cosine_schedule_is_its_own_reproducible_run(scored):
         api.retrain(path, test, schedule="linear", cache_dir=cache)
 
 
+def test_verdicts_name_the_arms_still_improving_past_their_best_or_too_small():
+    metrics = {k: 10.0 for k in ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10",
+                                 "rsum")}
+    arm = {"n_pairs": 5, "strict": metrics, "by_text": metrics, "curve": [], "late_slope": 1.0,
+           "best": {"step": 400, "rsum": 12.0, "drop": 2.0}}
+
+    def judged(slope, drop=2.0, n_valid=None):
+        return verdicts({"cleaned": arm | {"best": arm["best"] | {"drop": drop}},
+                         "noisy": arm | {"late_slope": slope}}, n_valid)
+
+    assert judged(12.5).still_improving == {"noisy": 12.5}
+    assert judged(2.0).still_improving == {} == judged(None).still_improving
+    assert judged(2.0, drop=6.5).past_best == {"cleaned": {"step": 400, "rsum": 12.0,
+                                                           "drop": 6.5}}
+    assert judged(2.0).past_best == {}
+    assert judged(2.0, n_valid=60).small_selection  # 5 of 60 pairs, under 10%
+    assert not judged(2.0, n_valid=50).small_selection and not judged(2.0).small_selection
+
+
 def test_rendering_warns_when_an_arm_is_still_improving_or_past_its_best():
     from io import StringIO
 
@@ -153,12 +173,15 @@ def test_rendering_warns_when_an_arm_is_still_improving_or_past_its_best():
 
     def printed(slope, drop=2.0, n_valid=None):
         buffer = StringIO()
+        arms = {"cleaned": arm | {"best": arm["best"] | {"drop": drop}},
+                "noisy": arm | {"late_slope": slope}}
+        judged = verdicts(arms, n_valid)
         summary = RetrainSummary(
             input=Path("in.parquet"), test=Path("test.parquet"), n_test=3, steps=10,
             schedule="constant", seed=0, keep="clean", pseudo_captions=False,
             image_encoder="pixels", text_encoder="tokens", gap_recovered=None,
-            arms={"cleaned": arm | {"best": arm["best"] | {"drop": drop}},
-                  "noisy": arm | {"late_slope": slope}}, n_valid=n_valid)
+            arms=arms, n_valid=n_valid, still_improving=judged.still_improving,
+            past_best=judged.past_best, small_selection=judged.small_selection)
         render_retrain(Console(file=buffer, width=200), summary)
         return buffer.getvalue()
 
@@ -179,6 +202,7 @@ def test_cli_retrain_json_and_errors(scored, capsys):
     payload = json.loads(capsys.readouterr().out)
     assert payload["keep"] == "weighted" and list(payload["arms"]) == ["cleaned"]
     assert payload["schedule"] == "constant"
+    assert {"still_improving", "past_best", "small_selection"} <= set(payload)  # the verdicts
     assert main(["retrain", str(path), "--test", str(test), "--keep", "most"]) == 2
     assert main(["retrain", str(path), "--test", str(test), "--image-encoder", "clip"]) == 2
     assert "needs CLIP weights" in capsys.readouterr().err

@@ -13,7 +13,6 @@ from PIL import Image
 from ncclean import api
 from ncclean.cli import main
 from ncclean.errors import BadOptionError, NcCleanError, OutputError, SchemaError
-from ncclean.report.scored import bootstrap_interval, fetch_rows, open_scored
 
 FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
 
@@ -137,25 +136,6 @@ def test_check_against_a_previous_run(scored, tmp_path, capsys):
         api.check(scored, against=tmp_path / "junk.json")
     with pytest.raises(BadOptionError):
         api.check(scored, max_noisy=1.5)
-
-
-def test_fetch_rows_streams_only_the_wanted_rows(scored):
-    source = open_scored(scored).source
-    got = fetch_rows(source, [5, 0, 89, 5], ["id", "caption", "nonexistent"])
-    table = pq.read_table(scored, columns=["id", "caption"]).to_pylist()
-    assert sorted(got) == [0, 5, 89]
-    for row, values in got.items():
-        assert values == table[row]
-
-
-def test_bootstrap_interval_covers_the_mean_and_is_seeded(rng):
-    values = (rng.random(5000) < 0.3).astype(float)
-    lo, hi = bootstrap_interval(values, seed=1)
-    assert lo < values.mean() < hi and hi - lo < 0.05
-    assert bootstrap_interval(values, seed=1) == (lo, hi)
-    big = np.concatenate([values] * 40)  # above the subsample size: still bounded work
-    lo2, hi2 = bootstrap_interval(big, n_boot=50)
-    assert lo2 < big.mean() < hi2
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -1,0 +1,200 @@
+"""The options of a scoring run, in four small frozen groups shared by the command line and the
+library: the matcher (:class:`MatcherOptions`), the cut (:class:`Cut`), the stages after the method
+(:class:`StageOptions`) and the run itself (:class:`RunOptions`).
+
+Each group checks its own values when it is built (a bad value is one
+:class:`~ncclean.errors.BadOptionError` line), and the scoring run's sidecar records every group
+whole (:func:`options_record`), so no option can be left out of the record. Values that depend on
+the corpus or the machine (which encoder ``auto`` picks, which device) are resolved later and
+recorded beside them.
+
+This module imports neither numpy nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ncclean.errors import BadOptionError
+from ncclean.records import as_record
+
+PathLike = str | os.PathLike
+
+FINETUNE = ("heads", "full")
+SIGNIFICANCE = ("specificity", "update", "off")
+
+
+def _at_least(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
+            or value < low:
+        raise BadOptionError(f"{name} must be at least {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class MatcherOptions:
+    """The matcher a method trains or starts from.
+
+    ``image_encoder``: ``pixels`` (a CNN on the decoded images), ``column`` (the corpus's image
+    embedding column) or ``clip``; ``text_encoder``: ``tokens`` (a GRU over words), ``e5``,
+    ``column`` or ``clip``; ``auto`` picks ``column`` when the embedding column is named, else
+    ``clip`` when CLIP weights are given. ``clip_model`` (default ViT-B-32) with
+    ``clip_pretrained`` (a tag, downloaded) or ``clip_checkpoint`` (a file) are the weights of the
+    ``clip`` towers; ``finetune="full"`` trains the whole CLIP instead of heads. ``load_matcher``:
+    a saved matcher to start from, which brings its own encoders.
+    """
+
+    image_encoder: str = "auto"
+    text_encoder: str = "auto"
+    embed_dim: int = 256
+    image_size: int = 64
+    clip_model: str | None = None
+    clip_pretrained: str | None = None
+    clip_checkpoint: PathLike | None = None
+    finetune: str = "heads"
+    load_matcher: PathLike | None = None
+
+    def __post_init__(self) -> None:
+        _at_least("--embed-dim", self.embed_dim, 2)
+        _at_least("--image-size", self.image_size, 8)
+        if self.finetune not in FINETUNE:
+            raise BadOptionError(f"--finetune must be heads or full, got {self.finetune!r}")
+
+    def clip(self) -> dict[str, Any]:
+        """The CLIP settings as :func:`ncclean.models.resolve.matcher_config` takes them."""
+        return {"model": self.clip_model, "pretrained": self.clip_pretrained,
+                "checkpoint": self.clip_checkpoint, "finetune": self.finetune}
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How clean probabilities become partitions (:func:`ncclean.stages.partition.partition`).
+
+    ``clean_prob >= clean_above`` is clean, ``< noisy_below`` noisy, between them vague; or, with
+    ``noise_rate`` (a share in [0, 1], or ``"auto"``: the method's estimate, filled in by
+    :meth:`with_estimate`), the lowest share is noisy. ``rare_clean_above``: a lower clean
+    threshold for pairs whose caption occurs at most ``rare_count`` times among the valid pairs;
+    ``rare_count`` also says which clean captions the specificity stage leaves significant.
+    ``Cut()`` is the single 0.5 cut; ``score`` uses :data:`DEFAULT_CUT`.
+    """
+
+    clean_above: float = 0.5
+    noisy_below: float = 0.5
+    noise_rate: float | str | None = None
+    rare_clean_above: float | None = None
+    rare_count: int = 2
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noisy_below <= self.clean_above <= 1.0:
+            raise BadOptionError(
+                f"need 0 <= --noisy-below ({self.noisy_below}) <= --clean-above "
+                f"({self.clean_above}) <= 1")
+        if isinstance(self.noise_rate, str) and self.noise_rate != "auto":
+            raise BadOptionError(f"--noise-rate must be a number in [0, 1] or auto, got "
+                                 f"{self.noise_rate!r}")
+        if isinstance(self.noise_rate, int | float) and not 0.0 <= self.noise_rate <= 1.0:
+            raise BadOptionError(f"--noise-rate must lie in [0, 1], got {self.noise_rate}")
+        if self.rare_clean_above is not None:
+            if self.noise_rate is not None:
+                raise BadOptionError("--rare-clean-above lowers a threshold; it does not combine "
+                                     "with --noise-rate")
+            if not 0.0 <= self.rare_clean_above <= self.clean_above:
+                raise BadOptionError(
+                    f"need 0 <= --rare-clean-above ({self.rare_clean_above}) <= --clean-above "
+                    f"({self.clean_above})")
+        _at_least("--rare-count", self.rare_count, 1)
+
+    @property
+    def auto(self) -> bool:
+        """Whether the noise rate is the method's estimate, still to be filled in."""
+        return self.noise_rate == "auto"
+
+    def with_estimate(self, estimate: float | None, method: str = "the method") -> Cut:
+        """This cut with an ``"auto"`` noise rate replaced by the method's ``estimate``, every
+        other field kept; a cut that is not ``auto`` is returned as it is."""
+        if not self.auto:
+            return self
+        if estimate is None:
+            raise BadOptionError(f"--noise-rate auto: method {method!r} gives no estimate")
+        return replace(self, noise_rate=float(estimate))
+
+    def record(self, requested: Cut, by_method: bool) -> dict[str, Any]:
+        """The sidecar's ``cut``: this (resolved) cut's fields, where its noise rate came from
+        (``requested``'s), and whether the method drew the partitions itself."""
+        source = "auto" if requested.auto else ("given" if requested.noise_rate is not None
+                                                else None)
+        return as_record(self) | {"noise_rate_source": source,
+                                  "by": "method" if by_method else "cut"}
+
+
+DEFAULT_CUT = Cut(clean_above=0.8, noisy_below=0.5)
+"""``score``'s cut: noisy below 0.5, clean from 0.8, vague between."""
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """The stages after the method (:mod:`ncclean.stages.run`). ``significance``: how clean pairs
+    split into significant and insignificant, ``specificity``, ``update`` (averaging
+    ``significance_passes`` shuffled passes) or ``off``; ``None``: the method's choice, else
+    ``specificity``. ``pseudo_captions``: suggest a clean caption for every noisy pair."""
+
+    significance: str | None = None
+    significance_passes: int = 3
+    pseudo_captions: bool = True
+
+    def __post_init__(self) -> None:
+        if self.significance is not None and self.significance not in SIGNIFICANCE:
+            raise BadOptionError(f"--significance must be one of specificity, update or off, "
+                                 f"got {self.significance!r}")
+        _at_least("--significance-passes", self.significance_passes, 1)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the run is carried out. ``seed``: the same seed writes the same bytes; ``device``:
+    ``auto``, ``cpu`` or ``cuda``; ``cache_dir``: ``True`` for the default cache, ``None`` or
+    ``False`` for none; ``checkpoint_dir`` with ``resume``: save (and continue) the training
+    state every epoch; ``strict``: fail on invalid rows; ``max_image_pixels``: larger images are
+    invalid (``None``: 89,478,485); ``save_matcher``: where to save the trained matcher."""
+
+    seed: int = 0
+    device: str = "auto"
+    cache_dir: PathLike | bool | None = True
+    checkpoint_dir: PathLike | None = None
+    resume: bool = False
+    strict: bool = False
+    max_image_pixels: int | None = None
+    save_matcher: PathLike | None = None
+
+    def __post_init__(self) -> None:
+        _at_least("--seed", self.seed, 0)
+        if self.max_image_pixels is not None:
+            _at_least("--max-image-pixels", self.max_image_pixels, 1)
+
+
+GROUPS: dict[str, type] = {"matcher": MatcherOptions, "cut": Cut, "stages": StageOptions,
+                           "run": RunOptions}
+_OWNER = {f.name: group for group, kind in GROUPS.items() for f in fields(kind)}
+
+
+def fold_keywords(groups: dict[str, Any], keywords: dict[str, Any], command: str = "score"
+                  ) -> dict[str, Any]:
+    """``groups`` (group name -> options object) with loose keywords such as ``seed=3`` or
+    ``clean_above=0.5`` moved into the group that owns each, every group checked once: the
+    keyword form of ``api.score`` before the option objects. An unknown keyword is a
+    ``TypeError``, as Python's own."""
+    moved: dict[str, dict[str, Any]] = {}
+    for name, value in keywords.items():
+        if name not in _OWNER:
+            raise TypeError(f"{command}() got an unexpected keyword argument {name!r}")
+        moved.setdefault(_OWNER[name], {})[name] = value
+    return {group: replace(value, **moved[group]) if group in moved else value
+            for group, value in groups.items()}
+
+
+def options_record(**groups: Any) -> dict[str, dict]:
+    """Every field of every options object given (``matcher=..., cut=...``), as the sidecar's
+    ``options``."""
+    return {name: as_record(value) for name, value in groups.items()}

@@ -1,0 +1,209 @@
+"""Making and looking at corpora: the synthetic corpus, injected noise, and what a corpus holds."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ncclean.data.schema import Columns
+from ncclean.progress import Progress, no_progress
+from ncclean.records import Summary
+
+PathLike = str | os.PathLike
+
+
+@dataclass(frozen=True)
+class SynthSummary(Summary):
+    """What :func:`write_synth` wrote."""
+
+    output: Path
+    n_pairs: int
+    n_images: int
+    lang: str
+    seed: int
+
+
+def write_synth(output: PathLike, n_images: int, captions_per_image: int, lang: str,
+                seed: int) -> SynthSummary:
+    """Write the synthetic shapes corpus (:mod:`ncclean.data.synth`) to ``output``."""
+    from ncclean.data.parquet import check_output_path, write_table
+    from ncclean.data.synth import synth_table
+
+    out = check_output_path(output)
+    table = synth_table(n_images, captions_per_image, lang, seed)  # type: ignore[arg-type]
+    write_table(out, table)
+    return SynthSummary(out, table.num_rows, n_images, lang, seed)
+
+
+@dataclass(frozen=True)
+class NoiseSummary(Summary):
+    """What :func:`inject_noise` did.
+
+    ``requested``: ``floor(ratio * n)`` in the protocol's ``unit`` (captions or images);
+    ``moved``: captions now on another image; ``noisy``: of those, the ones whose text differs
+    from every caption of the new image (the ``noisy_gt`` column). ``protocol`` is ``"index"``
+    when a saved index was applied.
+    """
+
+    input: Path
+    output: Path
+    index_file: Path
+    protocol: str
+    ratio: float
+    seed: int
+    applied_index: Path | None
+    n_pairs: int
+    n_images: int
+    unit: str
+    requested: int
+    moved: int
+    noisy: int
+
+    @property
+    def realised_ratio(self) -> float:
+        return self.noisy / self.n_pairs
+
+    def as_dict(self) -> dict:
+        return super().as_dict() | {"realised_ratio": self.realised_ratio}
+
+
+
+def inject_noise(
+    input: PathLike,
+    output: PathLike,
+    *,
+    ratio: float = 0.5,
+    protocol: str = "per-caption",
+    seed: int = 0,
+    index: PathLike | None = None,
+    columns: Columns = Columns(),
+    move_with_image: Sequence[str] = (),
+    progress: Progress = no_progress,
+) -> NoiseSummary:
+    """Mismatch a share of the pairs of ``input`` and write the result to ``output``.
+
+    Captions stay in their rows; the image side of a row (the image column, ``image_id``, the image
+    embedding and the ``move_with_image`` columns) is replaced by that of its new image. Adds
+    ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image groups
+    by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``) and a JSON
+    sidecar ``<output>.json``.
+    """
+    import pyarrow as pa
+
+    from ncclean.data.corpus import read_corpus
+    from ncclean.data.noise import (
+        INDEX_SUFFIX,
+        align_index,
+        image_rows,
+        noisy_ground_truth,
+        read_index,
+        sample_noise,
+        write_index,
+    )
+    from ncclean.data.parquet import check_output_path, sidecar_path, write_json, write_pairs
+    from ncclean.data.schema import IMAGE_ID, NOISY_GT, ORIGINAL_IMAGE_ID
+    from ncclean.errors import SchemaError
+    from ncclean.provenance import versions
+
+    corpus = read_corpus(input, columns, progress=progress)
+    source, resolved = corpus.source, corpus.columns
+    out = check_output_path(output, source)
+    missing = [c for c in move_with_image if c not in source.schema.names]
+    if missing:
+        raise SchemaError(f"--move-with-image: no column {', '.join(map(repr, missing))}; "
+                          f"available columns: {', '.join(source.schema.names)}")
+
+    ids = corpus.ids if resolved.id else None
+    if index is not None:
+        caption_to_image = align_index(read_index(index), corpus.image_group, ids,
+                                       corpus.captions, name=index)
+    else:
+        caption_to_image = sample_noise(corpus.image_group, ratio, protocol,  # type: ignore[arg-type]
+                                        seed)
+    noisy = noisy_ground_truth(caption_to_image, corpus.image_group, corpus.text_group)
+    moved = caption_to_image != corpus.image_group
+    if index is not None:
+        protocol, unit, requested = "index", "captions", int(moved.sum())
+    elif protocol == "per-image":
+        unit, requested = "images", int(ratio * corpus.n_images)
+    else:
+        unit, requested = "captions", int(ratio * corpus.n_pairs)
+
+    image_columns = list(dict.fromkeys([*resolved.image_side, *move_with_image]))
+    rows = image_rows(caption_to_image, corpus.image_group)
+    taken = source.read_columns(image_columns).take(pa.array(rows))
+    updates: dict[str, pa.Array | pa.ChunkedArray] = {c: taken.column(c) for c in image_columns}
+    if resolved.image_id:
+        updates[ORIGINAL_IMAGE_ID] = source.read_columns([resolved.image_id]).column(0)
+    else:
+        updates[IMAGE_ID] = pa.array(caption_to_image)
+        updates[ORIGINAL_IMAGE_ID] = pa.array(corpus.image_group)
+    updates[NOISY_GT] = pa.array(noisy)
+
+    write_pairs(source, out, updates)
+    index_file = out.with_name(out.name + INDEX_SUFFIX)
+    write_index(index_file, caption_to_image, corpus.image_group, ids, corpus.captions)
+    summary = NoiseSummary(
+        input=Path(input), output=out, index_file=index_file, protocol=protocol, ratio=ratio,
+        seed=seed, applied_index=Path(index) if index is not None else None,
+        n_pairs=corpus.n_pairs, n_images=corpus.n_images, unit=unit, requested=requested,
+        moved=int(moved.sum()), noisy=int(noisy.sum()),
+    )
+    write_json(sidecar_path(out),
+               {"command": "inject-noise", **summary.as_dict(),
+                "versions": versions("numpy", "pyarrow")})
+    return summary
+
+
+@dataclass(frozen=True)
+class CorpusSummary(Summary):
+    """What a corpus holds and which rows cannot be used."""
+
+    input: Path
+    n_pairs: int
+    n_images: int
+    n_unique_captions: int
+    columns: dict[str, str | None]
+    invalid: dict[str, int]
+    invalid_examples: list[tuple[int, str, str]]
+    top_captions: list[tuple[str, int]]
+    cjk_captions: int
+    n_invalid: int
+    images_decoded: bool
+
+
+def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: bool = False,
+                   decode: bool = True, image_size: int = 64,
+                   max_image_pixels: int | None = None,
+                   progress: Progress = no_progress) -> CorpusSummary:
+    """Read ``input`` as scoring would (decoding every image unless ``decode=False``) and say what
+    it holds: sizes, repeated captions, scripts, and every kind of invalid row with examples."""
+    from ncclean.data.corpus import read_corpus
+    from ncclean.data.images import DEFAULT_MAX_PIXELS
+    from ncclean.data.text import _CJK
+
+    corpus = read_corpus(input, columns, strict=strict,
+                         image_size=image_size if decode else None,
+                         max_image_pixels=max_image_pixels or DEFAULT_MAX_PIXELS,
+                         progress=progress)
+    counts = Counter(corpus.captions)
+    examples = [(row, str(corpus.ids[row].as_py()), reason)
+                for row, reason in enumerate(corpus.reasons) if reason is not None][:5]
+    cjk = re.compile(f"[{_CJK}]")
+    return CorpusSummary(
+        input=Path(input),
+        n_pairs=corpus.n_pairs,
+        n_images=corpus.n_images,
+        n_unique_captions=len(counts),
+        columns=asdict(corpus.columns),
+        invalid=corpus.invalid_counts(),
+        n_invalid=corpus.n_invalid,
+        invalid_examples=examples,
+        top_captions=[(text, n) for text, n in counts.most_common(5) if n > 1],
+        cjk_captions=sum(1 for text in corpus.captions if cjk.search(text)),
+        images_decoded=decode and corpus.columns.image is not None,
+    )

@@ -1,0 +1,102 @@
+"""A data-quality gate for CI: judge a scored corpus's partition shares against bounds and
+against a previous run."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ncclean.data.results import INVALID, NOISY, VAGUE
+from ncclean.errors import BadOptionError, NcCleanError
+from ncclean.records import Summary
+
+LIMITS = (NOISY, VAGUE, INVALID)
+
+
+@dataclass(frozen=True)
+class CheckResult(Summary):
+    """The verdict of :func:`check_scored`: ``passed``, one line saying why, the shares it judged
+    (``noisy`` and ``vague`` of the valid pairs, ``invalid`` of all rows) and the counts."""
+
+    input: Path
+    passed: bool
+    verdict: str
+    shares: dict[str, float]
+    partition_counts: dict[str, int]
+    limits: dict[str, float | None]
+    previous: dict[str, float] | None = None
+
+
+def shares(counts: dict[str, int]) -> dict[str, float]:
+    """The ``noisy`` and ``vague`` shares of the valid rows and the ``invalid`` share of all rows,
+    from the rows per partition (0 where there is nothing to divide)."""
+    total = sum(counts.values())
+    valid = total - counts.get(INVALID, 0)
+    return {NOISY: counts.get(NOISY, 0) / valid if valid else 0.0,
+            VAGUE: counts.get(VAGUE, 0) / valid if valid else 0.0,
+            INVALID: counts.get(INVALID, 0) / total if total else 0.0}
+
+
+def check_limits(limits: dict[str, float | None], against: str | os.PathLike | None) -> None:
+    """Bounds must lie in [0, 1], and something must be checked."""
+    for name, bound in limits.items():
+        if bound is not None and not 0.0 <= bound <= 1.0:
+            raise BadOptionError(f"--max-{name} must lie in [0, 1], got {bound}")
+    if all(bound is None for bound in limits.values()) and against is None:
+        raise BadOptionError("nothing to check: give --max-noisy, --max-vague, --max-invalid "
+                             "or --against")
+
+
+def previous_shares(against: str | os.PathLike) -> dict[str, float]:
+    """The shares of a previous run's summary (a scored file's sidecar, ``split``'s
+    ``summary.json`` or ``check --json`` output: anything with ``partition_counts``)."""
+    try:
+        earlier = json.loads(Path(against).read_text())
+        return shares({k: int(v) for k, v in earlier["partition_counts"].items()})
+    except FileNotFoundError:
+        raise NcCleanError(f"--against {against}: no such file") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise NcCleanError(f"--against {against}: not a run summary with partition_counts "
+                           "(use a scored file's .json sidecar, split's summary.json or "
+                           "check --json output)") from None
+
+
+def judge(input: str | os.PathLike, counts: dict[str, int], limits: dict[str, float | None],
+          previous: dict[str, float] | None, max_increase: float) -> CheckResult:
+    """The verdict on ``counts`` (rows per partition of ``input``): it fails when a share exceeds
+    its bound in ``limits`` (``None``: unchecked), or when the noisy share grew by more than
+    ``max_increase`` over ``previous``."""
+    found = shares(counts)
+    failures, fine = [], []
+    for name, bound in limits.items():
+        if bound is None:
+            continue
+        said = f"{name} {found[name]:.1%}"
+        (failures if found[name] > bound else fine).append(
+            f"{said} {'>' if found[name] > bound else '<='} {bound:.1%}")
+    if previous is not None:
+        change = found[NOISY] - previous[NOISY]
+        said = (f"noisy {found[NOISY]:.1%} against {previous[NOISY]:.1%} before "
+                f"({change * 100:+.1f} points")
+        (failures if change > max_increase else fine).append(
+            f"{said}, {'over' if change > max_increase else 'within'} the allowed "
+            f"{max_increase * 100:+.1f})")
+    passed = not failures
+    verdict = ("PASS: " + "; ".join(fine)) if passed else ("FAIL: " + "; ".join(failures))
+    return CheckResult(input=Path(input), passed=passed, verdict=verdict, shares=found,
+                       partition_counts=counts, limits=limits | {"max_increase": max_increase},
+                       previous=previous)
+
+
+def check_scored(input: str | os.PathLike, limits: dict[str, float | None],
+                 against: str | os.PathLike | None = None,
+                 max_increase: float = 0.01) -> CheckResult:
+    """Judge the scored file ``input`` (:func:`judge`), ``against`` a previous run's summary if
+    given; the limits are checked before the file is read."""
+    from ncclean.data.scored import open_scored
+
+    check_limits(limits, against)
+    previous = previous_shares(against) if against is not None else None
+    return judge(input, open_scored(input).counts(), limits, previous, max_increase)

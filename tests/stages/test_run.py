@@ -1,0 +1,43 @@
+"""The stages after any method: which significance mode runs, the rare-caption exemption, and
+skipping without a matcher or embeddings."""
+
+import numpy as np
+
+import ncclean.stages.significance as significance_module
+from ncclean.methods.base import MethodResult
+from ncclean.options import StageOptions
+from ncclean.stages.run import run_stages, significance_mode
+from tests.stages.test_pseudocaption import setup
+
+
+def test_the_mode_is_the_option_else_the_methods_else_specificity():
+    result = MethodResult(clean_prob=np.ones(2), significance="update")
+    assert significance_mode(StageOptions(significance="off"), result) == "off"
+    assert significance_mode(StageOptions(), result) == "update"
+    assert significance_mode(StageOptions(), MethodResult(clean_prob=np.ones(2))) == "specificity"
+
+
+def test_without_a_matcher_or_embeddings_the_stages_are_skipped():
+    parts = np.array(["clean_significant", "noisy"], dtype=object)
+    added = run_stages(MethodResult(clean_prob=np.array([0.9, 0.1])), None, np.array([0.9, 0.1]),
+                       parts, StageOptions(), rare=np.zeros(2, bool))
+    assert added.significance is None and added.donor is None and "skipped" in added.report
+    assert list(parts) == ["clean_significant", "noisy"]
+
+
+def test_specificity_demotes_only_clean_pairs_whose_caption_is_not_rare(monkeypatch):
+    embeddings, features = setup()
+
+    def half_specific(matcher, features, clean_prob, clean, config, **kwargs):
+        return np.array([0.5, 0.5, 2.0, 0.5]), {"mode": config.mode}
+
+    monkeypatch.setattr(significance_module, "significance", half_specific)
+    result = MethodResult(clean_prob=np.array([0.9, 0.9, 0.9, 0.1]), embeddings=embeddings)
+    parts = np.array(["clean_significant"] * 3 + ["noisy"], dtype=object)
+    added = run_stages(result, features, result.clean_prob, parts,
+                       StageOptions(pseudo_captions=False), rare=np.array([True, False, False,
+                                                                           False]))
+    assert list(parts) == ["clean_significant", "clean_insignificant", "clean_significant",
+                           "noisy"]
+    assert added.report == {"significance": {"mode": "specificity"}}
+    assert added.donor is None
