@@ -113,3 +113,28 @@ def warm_up(features: Features, context: Any, epochs: int | None, batch_size: in
     train(model, objective, config, context.progress)
     model.eval()
     return model, epochs
+
+
+def warmed_matcher(features: Features, context: Any, epochs: int | None, batch_size: int,
+                   lr: float) -> tuple[Any, Any, str]:
+    """The similarity source of a method where no pretrained model exists (``clip``, ``sdd``):
+    :func:`warm_up`'s ensemble, its :class:`~ncclean.train.scoring.Embeddings` of the corpus
+    and a description for the sidecar."""
+    from ncclean.train.scoring import embed, kept_dtype
+
+    model, epochs = warm_up(features, context, epochs, batch_size, lr)
+    embeddings = embed(model, features, context.device, dtype=kept_dtype(features))
+    return model, embeddings, f"matcher warmed up for {epochs} epochs"
+
+
+def starting_matcher(context: Any) -> tuple[Any, str]:
+    """The matcher a method starts from when it needs no warm-up: the loaded one, or a whole
+    pretrained CLIP (``--finetune full``); with a description."""
+    if context.initial is not None:
+        return context.initial, "loaded matcher"
+    from ncclean.models.matcher import build_matcher
+
+    config = context.matcher_config
+    weights = config.clip_pretrained or config.clip_checkpoint
+    return build_matcher(config, context.seed).to(context.device), \
+        f"CLIP {config.clip_model} ({weights}), the whole model"
