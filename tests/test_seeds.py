@@ -14,7 +14,7 @@ def test_derived_seeds_keep_their_old_values():
 
 
 def test_derived_generators_keep_their_old_streams():
-    for purpose, tag in (("reference-pool", 31), ("negative-pool", 7919)):
+    for purpose, tag in (("reference-pool", 31), ("negative-pool", 7919), ("donor-sample", 67)):
         assert np.array_equal(derive_rng(4, purpose).random(3),
                               np.random.default_rng([4, tag]).random(3))
     for purpose, tag in (("significance-pass", 53), ("crcl-scoring", 4111)):

@@ -220,10 +220,11 @@ class Context:
 
     def new_matcher(self, k: int = 0):
         from ncclean.models.matcher import build_matcher
+        from ncclean.seeds import derive_seed
 
         if self.matcher_config is None:
             raise ValueError("this context has no matcher configuration")
-        return build_matcher(self.matcher_config, seed=self.seed * 1009 + k)
+        return build_matcher(self.matcher_config, seed=derive_seed(self.seed, "matcher", k))
 
 
 @dataclass
