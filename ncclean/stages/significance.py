@@ -9,7 +9,7 @@ copy of the trained matcher takes one step on the batch's confidence-weighted In
 memory entries' losses before and after are compared:
 ``c = 1/2 (l_i2t[before] / l_i2t[after] + l_t2i[before] / l_t2i[after])``. The update is the
 whole batch's, so ``c`` is a noisy batch-level signal: it is averaged over ``passes`` shuffled
-passes (``benchmarks/RESULTS.md`` measures how many are needed).
+passes (``benchmarks/results/stages.md`` measures how many are needed).
 
 ``mode="specificity"`` (default, ours) — how much a caption says about its image. Against a
 pool of ``K`` confident-clean images, the caption's text-to-image probability of its own image,
@@ -21,10 +21,10 @@ pool holds at most ``bank_size`` pairs, and fewer for corpora so large that ever
 against it would exceed the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET`).
 Users asked for these correct-but-empty pairs to leave ``clean_significant``; SDD's ratio does
 not move them (it marks them significant *more* often than other clean pairs: measured in
-``benchmarks/RESULTS.md``). ``score`` leaves a caption the corpus uses at most ``--rare-count``
-times significant whatever its specificity: such a caption is no collection name, and its low
-specificity is the space not knowing its words (``api._run_stages``; "Training on
-``clean_significant``" in the results).
+``benchmarks/results/stages.md``). ``score`` leaves a caption the corpus uses at most
+``--rare-count`` times significant whatever its specificity: such a caption is no collection
+name, and its low specificity is the space not knowing its words (``api._run_stages``;
+``benchmarks/results/retrain.md``).
 
 The ``update`` mode's probe and memory bank are :mod:`ncclean.train.probe` (shared with the
 ``sdd`` method); its departures from SDD are listed there.
