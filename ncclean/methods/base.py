@@ -119,7 +119,9 @@ class ParamSpec:
             too_high = self.high is not None and (value >= self.high if self.high_open
                                                   else value > self.high)
             if too_low or too_high:
-                raise BadOptionError(f"{where}: {value!r} is outside {self.allowed()}")
+                bounds = self.allowed().removeprefix("an integer ").removesuffix(" | auto")
+                bounds = f"in {bounds}" if bounds[0] in "[(" else bounds
+                raise BadOptionError(f"{where}: {value!r} must be {bounds}")
         return value
 
 
