@@ -1,4 +1,5 @@
-"""``ncclean methods``: the methods this installation knows, or one method's parameters."""
+"""``ncclean methods``: the methods this installation knows, or one method's parameters and where
+it departs from its paper."""
 
 from __future__ import annotations
 
@@ -11,27 +12,38 @@ def methods(
     name: Annotated[str | None, typer.Argument(help="Show this method's parameters.",
                                                show_default=False)] = None,
 ) -> None:
-    """List the methods (built in and from plugins), one line each; with NAME, its parameters
-    and their defaults."""
-    import dataclasses
+    """List the methods (built in and from plugins), one line each; with NAME, each parameter
+    with its default, allowed values and meaning, then where the method departs from its
+    paper."""
+    from rich.markup import escape
 
     from ncclean.cli.render import console
-    from ncclean.methods.base import available_methods, get_method
+    from ncclean.methods.base import available_methods, get_method, param_specs
 
     out = console()
     if name is None:
         for method_name, target in available_methods().items():
             if target.startswith("clash"):
-                out.print(f"  {method_name:<8} [red]{target}[/red]")
+                out.print(f"  {method_name:<8} [red]{escape(target)}[/red]")
                 continue
             summary = getattr(get_method(method_name), "summary", "")
-            out.print(f"  {method_name:<8} {summary}")
+            out.print(f"  {method_name:<8} {escape(summary)}")
         return
     cls = get_method(name)
-    out.print(f"[bold]{name}[/bold]: {cls.summary}")
-    rules = getattr(cls, "default_rules", {})
-    for field in dataclasses.fields(cls):
-        default = field.default if field.default is not dataclasses.MISSING else "(required)"
-        shown = rules.get(field.name, "rule for the corpus size") if default is None \
-            else repr(default)
-        out.print(f"  -p {field.name}=...   default {shown}")
+    out.print(f"[bold]{name}[/bold]: {escape(cls.summary)}")
+    out.print("parameters (-p NAME=VALUE):")
+    for spec in param_specs(cls).values():
+        if spec.default is None:
+            default = f"auto ({spec.rule})" if spec.rule else "auto"
+        else:
+            default = str(spec.default).lower() if isinstance(spec.default, bool) \
+                else str(spec.default)
+        out.print(f"  {escape(spec.name)} = {escape(default)}    "
+                  f"[dim]allowed: {escape(spec.allowed())}[/dim]")
+        if spec.help:
+            out.print(f"      {escape(spec.help)}")
+    departures = getattr(cls, "departures", ())
+    if departures:
+        out.print("departures from the paper:")
+        for sentence in departures:
+            out.print(f"  - {escape(sentence)}")

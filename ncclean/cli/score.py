@@ -119,6 +119,11 @@ def score(
 
     params = _params(param)
     if epochs is not None:
+        if params.get("epochs", str(epochs)) != str(epochs):
+            from ncclean.errors import BadOptionError
+
+            raise BadOptionError(f"--epochs {epochs} and -p epochs={params['epochs']} disagree; "
+                                 "give one of them")
         params["epochs"] = str(epochs)
     rate: float | str | None = noise_rate
     if noise_rate is not None and noise_rate != "auto":

@@ -119,7 +119,9 @@ class ParamSpec:
             too_high = self.high is not None and (value >= self.high if self.high_open
                                                   else value > self.high)
             if too_low or too_high:
-                raise BadOptionError(f"{where}: {value!r} is outside {self.allowed()}")
+                bounds = self.allowed().removeprefix("an integer ").removesuffix(" | auto")
+                bounds = f"in {bounds}" if bounds[0] in "[(" else bounds
+                raise BadOptionError(f"{where}: {value!r} must be {bounds}")
         return value
 
 
@@ -220,10 +222,11 @@ class Context:
 
     def new_matcher(self, k: int = 0):
         from ncclean.models.matcher import build_matcher
+        from ncclean.seeds import derive_seed
 
         if self.matcher_config is None:
             raise ValueError("this context has no matcher configuration")
-        return build_matcher(self.matcher_config, seed=self.seed * 1009 + k)
+        return build_matcher(self.matcher_config, seed=derive_seed(self.seed, "matcher", k))
 
 
 @dataclass

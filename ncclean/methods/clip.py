@@ -8,13 +8,12 @@ how likely each pair is to be clean, read two ways:
 - where the space was not trained on the corpus (precomputed vectors, a pretrained CLIP, a CCA
   cross-fitted fold by fold), against shuffled pairs (:mod:`ncclean.methods.null_rate`): the
   noise rate is estimated from them, and ``clean_prob`` is one minus the local false discovery
-  rate, so that a pair at 0.8 is clean four times in five. On clip art with two encoders the
-  estimate was 21 / 51 / 79% for 19 / 47 / 75% injected noise, and 1.3% on the truly clean
-  pairs alone;
+  rate, so that a pair at 0.8 is clean four times in five (its estimates against the injected
+  rates: ``benchmarks/results/clip.md``);
 - otherwise (a matcher trained on the corpus, or ``posterior="mixture"``), the posterior of the
   higher-mean component of the shared two-component mixture fitted to the similarities, and its
-  noisy weight as the estimate. A mixture always finds two components: on those truly clean
-  pairs it called 48.7% noisy, and it estimated 35 / 46 / 52% for the injected 19 / 47 / 75%.
+  noisy weight as the estimate. A mixture always finds two components, so it calls a share of
+  even a clean corpus noisy.
 
 Where the embeddings come from:
 
@@ -37,17 +36,18 @@ Where the embeddings come from:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from ncclean.errors import BadOptionError
 from ncclean.methods.align import Alignment, fit_alignment
-from ncclean.methods.base import Context, Method, MethodResult
+from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.methods.null_rate import Cosine, NullEstimate, Space, null_noise_rate
 from ncclean.models.features import Features
 from ncclean.train.scoring import Embeddings, embed, kept_dtype
+from ncclean.train.warmup import starting_matcher, warmed_matcher
 
 
 def raw_embeddings(features: Features) -> Embeddings:
@@ -70,32 +70,6 @@ def _unit(vectors: np.ndarray, block: int = 65536, tolerance: float = 1e-2) -> n
     return out
 
 
-def warmed_matcher(features: Features, context: Context, warmup_epochs: int | None,
-                   batch_size: int, lr: float) -> tuple[Any, Embeddings, str]:
-    """A matcher warmed up on the corpus itself, exactly ``gmm``'s warm-up (both networks, as an
-    ensemble), with its embeddings and a description: the similarity source where no
-    pretrained model exists."""
-    from ncclean.methods.gmm import GMM
-
-    warmed = GMM(warmup_epochs=warmup_epochs, epochs=0, batch_size=batch_size,
-                 lr=lr).fit(features, context)
-    return warmed.matcher, warmed.embeddings, \
-        f"matcher warmed up for {warmed.report['warmup_epochs']} epochs"
-
-
-def starting_matcher(context: Context) -> tuple[Any, str]:
-    """The matcher a method starts from when it needs no warm-up: the loaded one, or a whole
-    pretrained CLIP (``--finetune full``); with a description."""
-    if context.initial is not None:
-        return context.initial, "loaded matcher"
-    from ncclean.models.matcher import build_matcher
-
-    config = context.matcher_config
-    weights = config.clip_pretrained or config.clip_checkpoint
-    return build_matcher(config, context.seed).to(context.device), \
-        f"CLIP {config.clip_model} ({weights}), the whole model"
-
-
 def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
     """``(n,)`` 1.0 for the ``round(keep * n)`` most similar pairs, 0.0 for the others."""
     out = np.zeros(len(similarity))
@@ -107,14 +81,7 @@ def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
 @dataclass
 class Clip(Method):
     """Cosine similarity, then a clean probability against shuffled pairs or from a
-    two-component mixture (``posterior``: ``"auto"`` uses the shuffled pairs wherever they are a
-    null, ``"mixture"`` always the mixture), or ``keep_fraction``'s top-fraction rule;
-    ``warmup_epochs``, ``batch_size`` and ``lr`` only matter when a matcher has to be warmed up
-    (see the module docstring).
-
-    ``align`` (precomputed vectors only): ``"none"`` takes their raw cosine, ``"cca"`` first
-    fits a ridge CCA on the pairs (``align_dims`` directions, ``align_ridge`` shrinkage; see
-    :mod:`ncclean.methods.align`), ``"auto"`` aligns when the two widths differ."""
+    two-component mixture, or ``keep_fraction``'s top-fraction rule (module docstring)."""
 
     name: ClassVar[str] = "clip"
     summary: ClassVar[str] = ("CLIP score (DataComp): cosine similarity of the pair's embeddings, "
@@ -122,27 +89,35 @@ class Clip(Method):
                               "training on embeddings (two encoders' columns: a CCA fitted on the "
                               "corpus first)")
     trains_matcher: ClassVar[bool] = False
-    default_rules: ClassVar[dict[str, str]] = {
-        "keep_fraction": "unset: a clean probability (see posterior), not a top fraction",
-        "warmup_epochs": "rule for the corpus size (only when a matcher is warmed up)",
-    }
+    departures: ClassVar[tuple[str, ...]] = (
+        "Unless keep_fraction is set, clean_prob is a probability (one minus the local false "
+        "discovery rate against shuffled pairs, or a mixture posterior), not DataComp's "
+        "top-fraction cut (benchmarks/results/clip.md).",
+        "Columns from two unrelated encoders are first aligned by a ridge CCA fitted on the "
+        "corpus's own pairs (align), which DataComp, assuming one CLIP, does not need.",
+        "Where no pretrained CLIP exists the similarity is that of a matcher warmed up on the "
+        "corpus itself (NCR's warm-up), not a pretrained model's judgement.",
+    )
 
-    keep_fraction: float | None = None
-    warmup_epochs: int | None = None
-    batch_size: int = 128
-    lr: float = 2e-4
-    align: str = "auto"
-    align_dims: int = 128
-    align_ridge: float = 100.0
-    posterior: str = "auto"
+    keep_fraction: float | None = param(
+        None, low=0, high=1, low_open=True,
+        rule="unset: a clean probability (see posterior), not a top fraction",
+        help="DataComp's rule: this top fraction by similarity is clean (1), the rest noisy (0)")
+    warmup_epochs: int | None = param(
+        None, low=1, rule="gmm's warm-up rule for the corpus size (only when a matcher is "
+        "warmed up)", help="epochs of the warm-up when no pretrained similarity exists")
+    batch_size: int = param(128, low=2, help="pairs per batch of the warm-up")
+    lr: float = param(2e-4, low=0, low_open=True, help="learning rate of the warm-up")
+    align: Literal["auto", "none", "cca"] = param(
+        "auto", help="precomputed vectors: raw cosine (none), a ridge CCA first (cca), or cca "
+        "when the widths differ (auto)")
+    align_dims: int = param(128, low=1, help="CCA directions kept")
+    align_ridge: float = param(100.0, low=0, help="CCA ridge shrinkage")
+    posterior: Literal["auto", "mixture"] = param(
+        "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
+        "from a two-component mixture")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
-        if self.keep_fraction is not None and not 0.0 < self.keep_fraction <= 1.0:
-            raise BadOptionError(f"keep_fraction must lie in (0, 1], got {self.keep_fraction}")
-        if self.align not in ("auto", "none", "cca"):
-            raise BadOptionError(f"align must be auto, none or cca, got {self.align!r}")
-        if self.posterior not in ("auto", "mixture"):
-            raise BadOptionError(f"posterior must be auto or mixture, got {self.posterior!r}")
         config = context.matcher_config
         matcher = alignment = space = None
         if context.initial is not None or (config is not None and config.finetune == "full"):

@@ -16,69 +16,14 @@ labels carry over; within a piece they are frozen for ``freeze_epochs`` and then
 
 ``update="epoch"`` is the paper's Eq. 11: at the start of each epoch the labels move towards the
 ``p_hat`` each pair had in its batch during the previous epoch; the threshold applies to the
-loss only. ``update="batch"`` is the authors' code: each batch updates its pairs' labels from the
-current forward pass and uses them in the same step; piece 1 overwrites the labels with the raw
-``p_hat`` in its last frozen epoch; labels under ``epsilon`` are written back as 0 (the "sticky
-zero"). ``benchmarks/RESULTS.md`` compares both.
+loss only. ``update="batch"`` is the authors' code (``train_self``): each batch updates its pairs'
+labels from the current forward pass and trains on them in the same step; in piece 1's last
+frozen epoch the batch still trains on the old labels and then overwrites them with the raw
+``p_hat``; later updates write labels under ``epsilon`` back as 0 (the "sticky zero").
 
-Where this departs from both, on purpose:
-
-- The labels move towards the *rank* of ``p_hat``, not ``p_hat`` itself (``target="rank"``, the
-  default with ``update="epoch"``): each epoch, a pair's target is the percentile of its
-  ``p_hat`` among all pairs, 0 for the lowest and 1 for the highest. The paper's rule assumes a
-  clean pair's in-batch ``p_hat`` approaches 1, as it does on pretrained region features. A
-  matcher trained from scratch never gets there: on clip art at 80% noise, after the frozen
-  epochs a clean pair's ``p_hat`` has a median of 0.014 (chance in a batch of 128: 0.008), the
-  first update puts 83% of all labels under ``epsilon``, and the active term stops training
-  almost every pair, clean or not. The percentile keeps the ranking the matcher has and drops
-  the scale it lacks. Measured on clip art (retrain splits, seed 0): AUROC 0.825 against the
-  paper's rule's 0.638 at 80% noise, 0.923 against 0.865 at 50%, 0.952 against 0.915 at 20%;
-  retrained on its clean partition, 51% of the noisy-to-oracle rSum gap at 50% (the paper's
-  rule: below the raw corpus). The cost: percentiles are spread evenly whatever the noise, so
-  the final mixture's noise estimate reads 42-52% at every level. ``-p target=p`` restores the
-  paper's rule (``benchmarks/RESULTS.md``, "crcl with rank labels").
-- Two options measure better and retrain worse, so neither is the default
-  (``benchmarks/RESULTS.md``, "crcl: p_hat against a fixed pool"). ``measure="pool"`` measures
-  the ``p_hat`` the labels move towards after each epoch, in eval mode, against one fixed seeded
-  pool of ``pool_size`` pairs, instead of collecting it from the training batches as they pass
-  (``measure="train"``, the paper, the code and the default), which mix a whole epoch of matcher
-  states, dropout and 127 random negatives. ``score="mean-rank"`` ranks ``clean_prob`` by each
-  pair's percentile of ``p_hat`` averaged over every epoch that updated the labels (the column
-  ``crcl_rank_mean``, written whatever the score) instead of by the final labels
-  (``score="label"``, the default): at 80% noise the labels peak early in the long last piece
-  and decay as its matcher fits the noise. Clip art, retrain splits, seed 0, AUROC with both
-  against the defaults: 0.854 against 0.825 at 80% noise, 0.941 against 0.923 at 50%, 0.956
-  against 0.952 at 20% (``measure="pool"`` alone: 0.839, 0.933, 0.953). But a plain matcher
-  retrained on the clean partition did worse at 80%: strict rSum 23.3 / 23.8 / 27.7 at seeds
-  0-2 (pool alone 24.2 / 24.2) against 29.4 / 27.2 / 27.7, and at 20% the clean set keeps 194 of
-  the 958 clean pairs with unique captions against 364. With both and seven pieces of 10 epochs
-  at 80% noise on a GPU, five seeds with deterministic kernels: AUROC 0.8586 against gmm's
-  0.8585, a tie; retrained (3,200 steps) 26.6 against gmm's 28.0, and 26.8 with ``vague`` added
-  to reach the size of gmm's clean set (RESULTS.md, "crcl against gmm at 80% on a GPU: five
-  seeds with deterministic kernels"). The same at 50% (seed 0, CPU): AUROC 0.936 against gmm's
-  0.934, a clean set of 2,917 pairs with 7.1% noise that keeps 235 of the 609 unique-caption clean
-  pairs, and retrained for 3,200 steps it ends *below* the raw corpus (48.7 against 53.2; gmm's
-  set 53.7): the purer set drops the pairs a retrain needs (RESULTS.md, "The methods' own
-  matchers").
-- In-batch negatives with the pair's image or caption text are masked out of every softmax
-  (another caption of the same picture, or a second "gramastar", is not a mismatch), as in every
-  loss here.
-- ``clean_prob`` is the posterior of the high-mean component of the shared two-component mixture
-  fitted to the final labels (``crcl_label``; with ``score="mean-rank"`` to ``crcl_rank_mean``):
-  both are ranks (or matching probabilities), not calibrated probabilities of being clean.
-  ``crcl_p`` is the final matcher's ``p_hat`` in eval mode, averaged over ``score_passes``
-  passes of fixed seeded batches (deterministic).
-- Frozen epochs and pieces follow the optimiser steps, not the paper's epoch counts
-  (:func:`freeze_for`, :func:`pieces_for`): on an 8,000-pair corpus 5 frozen epochs, pieces
-  ``[10, 10, 10, 35]`` (about 4,100 steps of one matcher; ``gmm`` takes about 3,200 steps of
-  each of its two); larger corpora get proportionally fewer epochs, and a head on fixed image
-  vectors (an embedding column, CLIP heads) a fifth of the steps.
-- ``clean_prob`` uses a mixture with one shared variance (``mixture="tied"``): its posterior is
-  monotone in the label, so it ranks pairs as the labels do. With separate variances (the
-  reference mixture) the wide component wins again at the extremes; measured on a 100-image
-  synthetic corpus at 50% noise, AUROC 0.823 against the labels' 0.860 (0.860 with ``tied``).
-  That was before the shared mixture's posterior was made monotone, which now flattens that
-  reversal with either covariance.
+Labels, ``clean_prob`` and the schedule depart from the paper where a matcher trained from
+scratch needs it: :attr:`CRCL.departures` (``ncclean methods crcl``), measured in
+``benchmarks/results/crcl.md``.
 """
 
 from __future__ import annotations
@@ -87,15 +32,16 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
 from ncclean.errors import BadOptionError
-from ncclean.methods.base import Context, Method, MethodResult
+from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import Features
+from ncclean.seeds import derive_rng, derive_seed
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import negative_mask
 from ncclean.train.scoring import (
@@ -107,10 +53,7 @@ from ncclean.train.scoring import (
 )
 
 PAPER_AFTER_FREEZE = (5, 5, 5, 30)  # F30K: [7, 7, 7, 32] with 2 frozen epochs each
-UPDATES = ("epoch", "batch")
-TARGETS = ("p", "posterior", "rank")
-SCORES = ("label", "mean-rank")
-MEASURES = ("train", "pool")
+RESULTS = "benchmarks/results/crcl.md"
 
 
 def freeze_for(n_pairs: int, batch_size: int, freeze_epochs: int | None,
@@ -137,21 +80,31 @@ def pieces_for(n_pairs: int, batch_size: int, pieces: tuple[int, ...] | str | No
     the freeze, ``[5, 5, 5, 30]``, scaled by ``min(1, 64 / steps_per_epoch)`` so that large
     corpora are not trained for more steps than an 8,000-pair one, and by a further fifth with
     ``frozen_images``: a head on fixed image vectors memorises the noise within a few epochs
-    (clip art at 80% noise with ImageNet features: AUROC 0.612 with pieces ``[11, 11, 11, 36]``,
-    0.887 with ``[2, 2, 2, 7]``; ``benchmarks/RESULTS.md``, "A pretrained image tower")."""
+    (``benchmarks/results/crcl.md``, "A pretrained image tower")."""
+    pieces = parse_pieces(pieces)
+    if pieces:
+        return pieces
+    steps = max(1, math.ceil(n_pairs / batch_size))
+    scale = min(1.0, 64 / steps) / (5 if frozen_images else 1)
+    return tuple(freeze_epochs + max(1, round(e * scale)) for e in PAPER_AFTER_FREEZE)
+
+
+def parse_pieces(pieces: tuple[int, ...] | str | None) -> tuple[int, ...] | None:
+    """Epochs per piece from a tuple or ``"7,7,7,32"``; ``None`` when none are given;
+    :class:`BadOptionError` unless every piece has at least one epoch."""
     if isinstance(pieces, str):
         try:
             pieces = tuple(int(p) for p in pieces.replace(" ", "").split(",") if p)
         except ValueError:
-            raise BadOptionError(f"pieces must be epochs per piece like 7,7,7,32, got "
-                                 f"{pieces!r}") from None
-    if pieces:
-        if min(pieces) < 1:
-            raise BadOptionError(f"every piece needs at least one epoch, got {pieces}")
-        return tuple(pieces)
-    steps = max(1, math.ceil(n_pairs / batch_size))
-    scale = min(1.0, 64 / steps) / (5 if frozen_images else 1)
-    return tuple(freeze_epochs + max(1, round(e * scale)) for e in PAPER_AFTER_FREEZE)
+            raise BadOptionError(f"parameter 'pieces' of 'crcl': epochs per piece like 7,7,7,32, "
+                                 f"got {pieces!r}") from None
+    if not pieces:
+        return None
+    pieces = tuple(int(p) for p in pieces)
+    if min(pieces) < 1:
+        raise BadOptionError(f"parameter 'pieces' of 'crcl': every piece needs at least one "
+                             f"epoch, got {pieces}")
+    return pieces
 
 
 def matching_probabilities(sims: torch.Tensor, mask: torch.Tensor,
@@ -190,7 +143,7 @@ def eval_p_hat(embeddings: Embeddings, features: Features, temperature: float,
     into fixed seeded batches. ``(n,) float32``."""
     total = np.zeros(features.n_pairs, dtype=np.float64)
     for k in range(passes):
-        rng = np.random.default_rng([seed, 4111, k])
+        rng = derive_rng(seed, "crcl-scoring", k)
         for pairs, sims, mask in fixed_batches(embeddings, features, batch_size, rng):
             row, column = matching_probabilities(sims, mask, temperature)
             total[pairs] += ((row.diagonal() + column.diagonal()) / 2).numpy()
@@ -216,7 +169,7 @@ class SelfRefine(Objective):
         self.seed = seed
         self.pieces = pieces
         self.freeze = freeze
-        self.m = method
+        self.method = method
         self.device = device
         n = features.n_pairs
         self.labels = np.ones(n)
@@ -228,14 +181,14 @@ class SelfRefine(Objective):
 
     def used_labels(self, rows: np.ndarray) -> np.ndarray:
         y = self.labels[rows]
-        return np.where(y < self.m.epsilon, 0.0, y)
+        return np.where(y < self.method.epsilon, 0.0, y)
 
     def target(self, p_hat: np.ndarray) -> np.ndarray:
         """What the labels move towards: ``p_hat`` itself (the paper); with
         ``target="posterior"`` the clean posterior of a two-component mixture fitted to the
         epoch's ``p_hat``; with ``target="rank"`` its percentile among the epoch's pairs, 0 for
         the lowest and 1 for the highest (both ours; see :class:`CRCL`)."""
-        target = self.m.label_target
+        target = self.method.label_target
         if target == "p" or len(p_hat) < 4:
             return p_hat
         if target == "rank":
@@ -251,58 +204,64 @@ class SelfRefine(Objective):
         if seen.sum() >= 2:
             self.rank_sum[seen] += percentile(self.p_last[seen])
             self.rank_count[seen] += 1
-        if self.m.update != "epoch":
+        if self.method.update != "epoch":
             return
         target = self.target(self.p_last[seen])
         if self.piece == 0 and epoch == self.freeze:
             self.labels[seen] = target
         else:
-            beta = self.m.beta
+            beta = self.method.beta
             self.labels[seen] = beta * self.labels[seen] + (1 - beta) * target
 
     def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
         order = rng.permutation(self.features.n_pairs)
-        for start in range(0, len(order), self.m.batch_size):
-            yield epoch, order[start:start + self.m.batch_size]
+        for start in range(0, len(order), self.method.batch_size):
+            yield epoch, order[start:start + self.method.batch_size]
 
     def loss(self, model, step: Any, epoch: int) -> torch.Tensor:
         _, rows = step
         batch = self.features.batch(rows, self.device)
-        sims = model.encode_images(*batch.images) @ model.encode_texts(*batch.texts).T
+        sims = model.batch_similarity(batch)
         mask = negative_mask(batch.image_group, batch.text_group)
-        if self.m.update == "batch":
+        used = self.used_labels(rows)
+        if self.method.update == "batch":
             with torch.no_grad():
-                row, column = matching_probabilities(sims, mask, self.m.temperature)
+                row, column = matching_probabilities(sims, mask, self.method.temperature)
                 p_hat = ((row.diagonal() + column.diagonal()) / 2).cpu().numpy()
-            self._update_batch(rows, p_hat, epoch)
-        label = torch.as_tensor(self.used_labels(rows), dtype=torch.float32, device=self.device)
-        loss, p_hat = acl_loss(sims, mask, label, self.m.temperature, self.m.lam)
-        if self.m.measure == "train":
+            if not self._update_batch(rows, p_hat, epoch):
+                used = self.used_labels(rows)  # trained on the labels it just wrote
+        label = torch.as_tensor(used, dtype=torch.float32, device=self.device)
+        loss, p_hat = acl_loss(sims, mask, label, self.method.temperature, self.method.lam)
+        if self.method.measure == "train":
             self.p_now[rows] = p_hat.cpu().numpy()
         return loss
 
-    def _update_batch(self, rows: np.ndarray, p_hat: np.ndarray, epoch: int) -> None:
-        """The authors' code: per batch, before the step, with the sticky zero."""
+    def _update_batch(self, rows: np.ndarray, p_hat: np.ndarray, epoch: int) -> bool:
+        """The authors' code (``train_self``), per batch before the step. Returns whether the
+        step trains on the labels from before this update: in piece 1's last frozen epoch the
+        step uses the old labels and the raw ``p_hat`` is written back as it is; after the
+        freeze the momentum update is written back with the sticky zero and trained on."""
         freeze = self.freeze
         if self.piece == 0 and epoch == freeze - 1:
             self.labels[rows] = p_hat
-        elif epoch >= freeze:
-            beta = self.m.beta
-            self.labels[rows] = beta * self.labels[rows] + (1 - beta) * p_hat
-        else:
-            return
-        low = self.labels[rows] < self.m.epsilon
+            return True
+        if epoch < freeze:
+            return True
+        beta = self.method.beta
+        self.labels[rows] = beta * self.labels[rows] + (1 - beta) * p_hat
+        low = self.labels[rows] < self.method.epsilon
         self.labels[rows[low]] = 0.0
+        return False
 
     def end_epoch(self, model, epoch: int) -> dict[str, float]:
-        if self.m.measure == "pool" and self.freeze - 1 <= epoch < self.pieces[self.piece] - 1:
+        if self.method.measure == "pool" and self.freeze - 1 <= epoch < self.pieces[self.piece] - 1:
             embeddings = embed(model, self.features, self.device,
                                dtype=kept_dtype(self.features))
             self.p_now = pool_matching_probability(
-                embeddings, self.features, self.m.temperature, self.m.pool_size,
+                embeddings, self.features, self.method.temperature, self.method.pool_size,
                 self.seed).astype(np.float64)
         return {"mean_label": float(self.labels.mean()),
-                "confident_noise_share": float((self.labels < self.m.epsilon).mean())}
+                "confident_noise_share": float((self.labels < self.method.epsilon).mean())}
 
     def state(self) -> dict[str, np.ndarray]:
         return {"labels": self.labels, "p_now": self.p_now, "rank_sum": self.rank_sum,
@@ -325,51 +284,71 @@ class SelfRefine(Objective):
 
 @dataclass
 class CRCL(Method):
-    """CRCL with the paper's defaults: ``lam`` 5, ``temperature`` 0.05, ``beta`` 0.8,
-    ``epsilon`` 0.1, AdamW 5e-4 with a drop every ``lr_update`` epochs within a piece (15,
-    F30K), batch 128, clip 2.0; ``freeze_epochs`` and ``pieces`` per :func:`freeze_for` and
-    :func:`pieces_for`; ``update`` ``epoch`` (paper) or ``batch`` (code); ``mixture`` the
-    covariance of the final mixture (``tied`` or the reference ``full``).
-
-    ``target``: what the labels move towards. ``rank`` (ours, the default with
-    ``update="epoch"``) the percentile of each pair's ``p_hat`` in the epoch (see the module
-    docstring); ``p`` (the paper, and the only choice with ``update="batch"``) ``p_hat`` itself;
-    ``posterior`` (ours) the clean posterior of a two-component mixture fitted to the epoch's
-    ``p_hat``, NCR's division used as a calibrated target. The calibrated target did not help
-    (clip art, 80%: AUROC 0.598 against the paper's rule's 0.634; ``benchmarks/RESULTS.md``): the
-    first separation after the freeze is poor and the near-binary labels lock it in. The rank
-    stays soft, so later pieces can still reorder it.
-
-    ``measure``: where each epoch's ``p_hat`` comes from: ``train`` (the paper, the code and the
-    default) the training batches as they pass; ``pool`` (ours) the eval-mode matcher after the
-    epoch against a fixed pool of ``pool_size`` pairs. ``score``: what ``clean_prob`` ranks by:
-    ``label`` (the default) the final labels; ``mean-rank`` (ours) each pair's percentile of
-    ``p_hat`` averaged over the updating epochs. Both rank noise better and retrain worse (see
-    the module docstring)."""
+    """CRCL with the paper's defaults (``lam`` 5, ``temperature`` 0.05, ``beta`` 0.8, ``epsilon``
+    0.1, AdamW 5e-4 with a drop every 15 epochs within a piece, batch 128, clip 2.0) except where
+    :attr:`departures` says; frozen epochs and pieces per :func:`freeze_for` and
+    :func:`pieces_for`."""
 
     name: ClassVar[str] = "crcl"
-    default_rules: ClassVar[dict[str, str]] = {
-        "target": "'rank' with update=epoch, 'p' with update=batch"}
     summary: ClassVar[str] = ("CRCL (NeurIPS 2023): active complementary loss with self-refining "
                               "soft labels over restarted pieces")
+    departures: ClassVar[tuple[str, ...]] = (
+        "With update=epoch the labels move towards each pair's percentile of p_hat among the "
+        "epoch's pairs (target=rank), not p_hat itself, whose scale a matcher trained from "
+        f"scratch never reaches ({RESULTS}).",
+        "In-batch negatives with the pair's image or caption text are masked out of every "
+        "softmax, as in every loss here.",
+        "clean_prob is the high-mean posterior of a tied two-component mixture fitted to the "
+        "final labels (the paper gives no score), so it ranks pairs as the labels do.",
+        "crcl_p is the final matcher's p_hat in eval mode, averaged over score_passes passes of "
+        "fixed seeded batches.",
+        "Frozen epochs and pieces follow the optimiser steps (about 320 frozen steps; the "
+        "paper's [5, 5, 5, 30] after the freeze, scaled down for large corpora and a fifth for "
+        f"frozen image vectors), not the paper's epoch counts ({RESULTS}).",
+        "The matcher is this project's dual encoder trained from scratch (or heads on fixed "
+        "vectors), not SGRAF or VSE-infinity on pretrained region features.",
+    )
 
-    pieces: tuple[int, ...] | None = None
-    freeze_epochs: int | None = None
-    lam: float = 5.0
-    temperature: float = 0.05
-    beta: float = 0.8
-    epsilon: float = 0.1
-    update: str = "epoch"
-    lr: float = 5e-4
-    lr_update: int = 15
-    batch_size: int = 128
-    grad_clip: float = 2.0
-    score_passes: int = 3
-    mixture: str = "tied"
-    target: str | None = None
-    measure: str = "train"
-    pool_size: int = 1024
-    score: str = "label"
+    pieces: tuple[int, ...] | None = param(
+        None, rule="freeze_epochs plus the paper's [5, 5, 5, 30], scaled by the corpus size",
+        help="epochs per piece, frozen epochs included, e.g. 7,7,7,32")
+    freeze_epochs: int | None = param(
+        None, low=0, rule="clip(round(320 / steps per epoch), 2, 10); 64 steps with frozen "
+        "image vectors", help="frozen-label epochs at the start of each piece")
+    lam: float = param(5.0, low=0, help="lambda, the weight of the complementary term (Eq. 9)")
+    temperature: float = param(0.05, low=0, low_open=True, help="softmax temperature tau")
+    beta: float = param(0.8, low=0, high=1, help="label momentum (Eq. 11)")
+    epsilon: float = param(0.1, low=0, high=1, help="labels under this count as 0 in the loss")
+    update: Literal["epoch", "batch"] = param(
+        "epoch", help="labels updated once an epoch (the paper, Eq. 11) or per batch (the "
+        "authors' code)")
+    lr: float = param(5e-4, low=0, low_open=True, help="learning rate (AdamW)")
+    lr_update: int = param(15, low=1, help="epochs between drops of the rate within a piece")
+    batch_size: int = param(128, low=2, help="pairs per batch")
+    grad_clip: float = param(2.0, low=0, help="gradient-norm clip (0: none)")
+    score_passes: int = param(3, low=1, help="eval passes of fixed batches averaged for crcl_p")
+    mixture: Literal["tied", "full"] = param(
+        "tied", help="covariance of the final mixture: one shared variance, or one each")
+    target: Literal["p", "posterior", "rank"] | None = param(
+        None, rule="rank with update=epoch, p with update=batch",
+        help="what the labels move towards: p_hat (the paper), a mixture posterior or the "
+        "percentile of p_hat (ours)")
+    measure: Literal["train", "pool"] = param(
+        "train", help="each epoch's p_hat from the training batches (the paper), or an eval "
+        "pass against a fixed pool (ours; update=epoch only)")
+    pool_size: int = param(1024, low=1, help="pairs in the fixed pool of measure=pool")
+    score: Literal["label", "mean-rank"] = param(
+        "label", help="clean_prob ranks by the final labels, or by the percentile of p_hat "
+        "averaged over the updating epochs (ours)")
+
+    def check(self) -> None:
+        self.pieces = parse_pieces(self.pieces)
+        if self.measure != "train" and self.update != "epoch":
+            raise BadOptionError(f"parameter 'measure' of 'crcl': measure={self.measure} needs "
+                                 "update=epoch")
+        if self.label_target != "p" and self.update != "epoch":
+            raise BadOptionError(f"parameter 'target' of 'crcl': target={self.target} needs "
+                                 "update=epoch (it reads the whole epoch's p_hat)")
 
     @property
     def label_target(self) -> str:
@@ -379,22 +358,9 @@ class CRCL(Method):
         return "rank" if self.update == "epoch" else "p"
 
     def fit(self, features: Features, context: Context) -> MethodResult:
-        if self.update not in UPDATES:
-            raise BadOptionError(f"update must be one of {UPDATES}, got {self.update!r}")
         frozen = context.frozen_images
         freeze = freeze_for(features.n_pairs, self.batch_size, self.freeze_epochs, frozen)
         pieces = pieces_for(features.n_pairs, self.batch_size, self.pieces, freeze, frozen)
-        if self.target is not None and self.target not in TARGETS:
-            raise BadOptionError(f"target must be one of {TARGETS}, got {self.target!r}")
-        if self.score not in SCORES:
-            raise BadOptionError(f"score must be one of {SCORES}, got {self.score!r}")
-        if self.measure not in MEASURES:
-            raise BadOptionError(f"measure must be one of {MEASURES}, got {self.measure!r}")
-        if self.measure != "train" and self.update != "epoch":
-            raise BadOptionError(f"measure={self.measure} needs update=epoch")
-        if self.label_target != "p" and self.update != "epoch":
-            raise BadOptionError(f"target={self.target} needs update=epoch (it reads the whole "
-                                 "epoch's p_hat)")
         objective = SelfRefine(features, self, pieces, freeze, context.device, context.seed)
         history = []
         matcher = None
@@ -404,11 +370,11 @@ class CRCL(Method):
             matcher = context.initial if (j == 0 and context.initial is not None) else \
                 context.new_matcher(j)
             drops = tuple(range(self.lr_update, epochs, self.lr_update))
-            config = TrainConfig(
-                epochs=epochs, lr=self.lr, lr_drop_epochs=drops, grad_clip=self.grad_clip,
-                seed=context.seed * 7 + j, device=context.device,
+            config = TrainConfig.from_context(
+                context, epochs=epochs, lr=self.lr, lr_drop_epochs=drops,
+                grad_clip=self.grad_clip, seed=derive_seed(context.seed, "crcl-piece", j),
                 checkpoint_dir=Path(context.checkpoint_dir) / f"piece-{j + 1}"
-                if context.checkpoint_dir else None, resume=context.resume)
+                if context.checkpoint_dir else None)
             history += [r | {"piece": j + 1} for r in train(matcher, objective, config,
                                                              context.progress)]
         matcher.eval()

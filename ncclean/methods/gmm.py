@@ -1,56 +1,32 @@
 """``gmm``: NCR, Noisy Correspondence Rectifier (Huang et al., NeurIPS 2021).
 
-Two matchers A and B are warmed up on all pairs with the mean hinge loss ``L_w`` (Eq. 1-2). Then,
-every epoch, each network's per-pair loss is fitted with a two-component GMM (Sec. 3.1) whose
-low-mean posterior ``w`` divides the pairs into clean and noisy, and each network trains on the
-*other's* division (co-divide). Labels are co-rectified (Eq. 4): a clean pair gets
-``w + (1 - w) P_k``, a noisy pair ``(P_A + P_B) / 2``, with ``P`` the adaptive prediction (Eq. 5);
-the label sets the margin of the hardest-negative hinge, ``alpha (m^y - 1) / (m - 1)`` (Eq. 6-7).
-The final ``clean_prob`` is the mean of the two networks' posteriors.
-
-Where this follows the authors' code rather than the paper, or departs from both:
-
-- The division loss is measured against fixed negatives (``negatives="pool"``: a seeded pool of
-  ``pool_size`` pairs; ``"batches"``: fixed seeded batches), not a reshuffled loader, so scores
-  are deterministic (``ncclean.train.scoring``).
-- Per-pair losses average over *valid* negatives: another caption of the same image, or the same
-  caption text, is masked out of every in-batch and pool negative.
-- Noisy pairs join the loss only in the second half of co-training (the code's
-  ``epoch >= num_epochs // 2``; the paper is silent): ``noisy_from``.
-- A and B step together on every batch (one loop, each clipped on its own) instead of A's whole
-  epoch followed by B's; B's noisy labels therefore use A of the same step, not of epoch's end.
-- Soft margins are per anchor in both directions (the digest's "paper-faithful port"), not the
-  code's broadcast ``b x b`` margins.
-- By default the soft margins apply to the mean hinge over all valid negatives
-  (``robust_loss="mean"``), not to the hardest negative of Eq. 6 (``robust_loss="hardest"``).
-  The paper's backbone starts co-training from a warm-up of thousands of steps; a matcher trained
-  from scratch for a few hundred steps collapses under hardest negatives. Measured on clip art at
-  50% noise (5 warm-up epochs): with ``hardest`` the division's AUROC fell from 0.895 to 0.79
-  within two co-training epochs (one network's mixture estimated 81% noise); with ``mean`` it
-  rose to 0.905 after ten. ``benchmarks/RESULTS.md`` has both.
-- The reported ``gmm_label`` uses the adaptive prediction with ``tau`` taken over the whole corpus
-  (the top 10% of pairs), since a final score should not depend on a random batch.
-- Epoch counts scale with the corpus (:func:`schedule`): the paper's 5 + 40 epochs on F30K are
-  45,000 optimiser steps, which a CPU cannot afford, and on small corpora the matcher memorises
-  the noise long before that; a head on fixed image vectors memorises it sooner still, and gets
-  a fifth of the steps.
+Two matchers A and B are warmed up on all pairs with the mean hinge loss ``L_w`` (Eq. 1-2,
+:mod:`ncclean.train.warmup`). Then, every epoch, each network's per-pair loss is fitted with a
+two-component GMM (Sec. 3.1) whose low-mean posterior ``w`` divides the pairs into clean and
+noisy, and each network trains on the *other's* division (co-divide). Labels are co-rectified
+(Eq. 4): a clean pair gets ``w + (1 - w) P_k``, a noisy pair ``(P_A + P_B) / 2``, with ``P`` the
+adaptive prediction (Eq. 5); the label sets the margin of the hinge,
+``alpha (m^y - 1) / (m - 1)`` (Eq. 6-7). The final ``clean_prob`` is the mean of the two
+networks' posteriors. Where this departs from the paper: :attr:`GMM.departures`
+(``ncclean methods gmm``).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
-from ncclean.methods.base import Context, Method, MethodResult
+from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.mixture import MixtureFit, clean_split, fit_clean_posterior
 from ncclean.models.features import Batch, Features
 from ncclean.models.matcher import Ensemble
-from ncclean.train.loop import Objective, TrainConfig, train
+from ncclean.train.loop import TrainConfig, train
 from ncclean.train.losses import (
     adaptive_prediction,
     hardest_negative_hinge,
@@ -60,6 +36,9 @@ from ncclean.train.losses import (
     soft_margin,
 )
 from ncclean.train.scoring import embed, kept_dtype, pair_losses
+from ncclean.train.warmup import WarmUp, cycled_batches, encode, warmup_epochs_for
+
+RESULTS = "benchmarks/results/gmm.md"
 
 
 def schedule(n_pairs: int, batch_size: int, warmup_epochs: int | None,
@@ -74,59 +53,32 @@ def schedule(n_pairs: int, batch_size: int, warmup_epochs: int | None,
 
     With ``frozen_images`` (the image tower a head on fixed vectors) the step counts are a fifth,
     64 and 256: such a head learns from the first batch and memorises a small corpus's noise
-    within a few epochs. Measured on clip art at 50% noise with ImageNet features
-    (``benchmarks/RESULTS.md``, "A pretrained image tower"): a plain matcher's loss ranks noise
-    at AUROC 0.928 after one epoch and 0.78 after twelve, and gmm ends at 0.72 under the
-    320 + 1,280 rule against 0.945 with 1 + 5 epochs (the shorter rule on 7,057 pairs).
+    within a few epochs (``benchmarks/results/gmm.md``, "A pretrained image tower").
     """
     steps_per_epoch = max(1, math.ceil(n_pairs / batch_size))
-    warmup_steps, co_steps = (64, 256) if frozen_images else (320, 1280)
     if warmup_epochs is None:
-        warmup_epochs = int(np.clip(round(warmup_steps / steps_per_epoch), 1, 10))
+        warmup_epochs = warmup_epochs_for(n_pairs, batch_size, frozen_images)
     if epochs is None:
+        co_steps = 256 if frozen_images else 1280
         epochs = int(np.clip(round(co_steps / steps_per_epoch), 4, 40))
     return warmup_epochs, epochs
 
 
-def _batches(indices: np.ndarray, batch_size: int, rng: np.random.Generator,
-             count: int) -> list[np.ndarray]:
-    """``count`` batches drawn by cycling through reshuffles of ``indices``."""
-    if len(indices) == 0:
-        return [indices] * count
-    out: list[np.ndarray] = []
-    order = rng.permutation(indices)
-    position = 0
-    for _ in range(count):
-        batch = order[position:position + batch_size]
-        position += batch_size
-        if len(batch) < batch_size and len(indices) > len(batch):
-            order = rng.permutation(indices)
-            position = batch_size - len(batch)
-            batch = np.concatenate([batch, order[:position]])
-        out.append(batch)
-    return out
-
-
-def _similarity(member: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    return member.encode_images(*batch.images) @ member.encode_texts(*batch.texts).T
-
-
-class CoDivide(Objective):
-    """NCR's training as an :class:`Objective` over an :class:`Ensemble` of two matchers.
+class CoDivide(WarmUp):
+    """NCR's training as an objective over an :class:`Ensemble` of two matchers: the warm-up of
+    :class:`~ncclean.train.warmup.WarmUp`, then co-division.
 
     ``divisions`` holds, after each co-training epoch's start, each network's posterior ``w`` and
-    raw loss. PC2 extends this class (its loss adds terms; its bookkeeping adds a second mixture).
+    raw loss. PC2 extends this class through its hooks: :meth:`extra_loss` (a term on every
+    batch), :meth:`noisy_loss` (the noisy pairs' term), :meth:`clean_label` and :meth:`observe`.
     """
 
     def __init__(self, features: Features, method: GMM, warmup: int, epochs: int,
                  device: str, seed: int):
-        self.features = features
-        self.m = method
-        self.warmup = warmup
+        super().__init__(features, method.margin, method.batch_size, device, warmup)
+        self.method = method
         self.epochs = epochs
-        self.device = device
         self.seed = seed
-        self.stage = "warm-up"
         self.posterior = np.ones((2, features.n_pairs))
         self.losses = np.zeros((2, features.n_pairs), dtype=np.float32)
         self.fits: list[MixtureFit | None] = [None, None]
@@ -142,8 +94,9 @@ class CoDivide(Objective):
             embeddings = embed(member, self.features, self.device)
             self.observe(k, member, embeddings)
             self.losses[k] = pair_losses(
-                embeddings, self.features, margin=self.m.margin, negatives=self.m.negatives,
-                pool_size=self.m.pool_size, batch_size=self.m.batch_size, seed=self.seed)
+                embeddings, self.features, margin=self.method.margin,
+                negatives=self.method.negatives, pool_size=self.method.pool_size,
+                batch_size=self.method.batch_size, seed=self.seed)
             self.posterior[k], self.fits[k] = fit_clean_posterior(self.losses[k], "low",
                                                                   seed=self.seed)
             del embeddings  # or the next network's embeddings are made while these live: +2 GB
@@ -163,45 +116,53 @@ class CoDivide(Objective):
     # -- steps ---------------------------------------------------------------------------------
 
     def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
-        n, b = self.features.n_pairs, self.m.batch_size
         if epoch < self.warmup:
-            count = math.ceil(n / b)
-            everyone = np.arange(n)
-            for pair in zip(_batches(everyone, b, rng, count), _batches(everyone, b, rng, count)):
-                yield "warm-up", pair
+            yield from super().steps(epoch, rng)
             return
+        b = self.method.batch_size
         # Network k trains on the division of the other network (co-divide).
-        splits = [clean_split(self.posterior[1 - k], self.m.p_threshold) for k in (0, 1)]
+        splits = [clean_split(self.posterior[1 - k], self.method.p_threshold) for k in (0, 1)]
         count = max(1, max(math.ceil(split.sum() / b) for split in splits))
         streams = []
         for split in splits:
             clean, noisy = np.flatnonzero(split), np.flatnonzero(~split)
-            streams.append(zip(_batches(clean, b, rng, count), _batches(noisy, b, rng, count)))
+            streams.append(zip(cycled_batches(clean, b, rng, count),
+                               cycled_batches(noisy, b, rng, count)))
         yield from (("co-training", pair) for pair in zip(*streams))
 
     # -- loss ----------------------------------------------------------------------------------
 
     def loss(self, model: Ensemble, step: Any, epoch: int) -> torch.Tensor:
         kind, parts = step
-        features, device, margin = self.features, self.device, self.m.margin
-        total = torch.zeros((), device=device)
         if kind == "warm-up":
-            for member, pairs in zip(model.members, parts):
-                batch = features.batch(pairs, device)
-                mask = negative_mask(batch.image_group, batch.text_group)
-                total = total + mean_hinge(_similarity(member, batch), mask, margin).sum()
-            return total
-
+            return super().loss(model, step, epoch)
+        features, device = self.features, self.device
+        total = torch.zeros((), device=device)
         for k, (clean, noisy) in enumerate(parts):
             member, other = model.members[k], model.members[1 - k]
             batch = features.batch(clean, device)
             label = self.clean_label(member, batch, clean, k)
-            total = total + self.soft_loss(member, batch, label).sum()
+            images, texts = encode(member, batch)
+            mask = negative_mask(batch.image_group, batch.text_group)
+            total = total + self.robust_loss(images @ texts.T, mask, label).sum()
+            extra = self.extra_loss(member, images, texts)
+            if extra is not None:
+                total = total + extra
             if self.use_noisy(epoch) and len(noisy):
-                batch = features.batch(noisy, device)
-                label = (self.predict(member, batch) + self.predict(other, batch)) / 2
-                total = total + self.soft_loss(member, batch, label).sum()
+                term = self.noisy_loss(member, other, features.batch(noisy, device), batch,
+                                       images, texts)
+                if term is not None:
+                    total = total + term
         return total
+
+    def noisy_loss(self, member: torch.nn.Module, other: torch.nn.Module, noisy: Batch,
+                   clean: Batch, clean_images: torch.Tensor,
+                   clean_texts: torch.Tensor) -> torch.Tensor | None:
+        """Hook: the noisy pairs' term of network ``member``'s loss, given the step's clean
+        batch and its embeddings. NCR: the soft hinge with the co-rectified label
+        ``(P_A + P_B) / 2`` (Eq. 4)."""
+        label = (self.predict(member, noisy) + self.predict(other, noisy)) / 2
+        return self.soft_loss(member, noisy, label).sum()
 
     def clean_label(self, member: torch.nn.Module, batch: Batch, clean: np.ndarray,
                     k: int) -> torch.Tensor:
@@ -213,7 +174,7 @@ class CoDivide(Objective):
 
     def use_noisy(self, epoch: int) -> bool:
         """Whether the noisy pairs join the loss in co-training epoch ``epoch``."""
-        return epoch - self.warmup >= int(self.m.noisy_from * self.epochs)
+        return epoch - self.warmup >= int(self.method.noisy_from * self.epochs)
 
     @torch.no_grad()
     def predict(self, member: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -221,7 +182,7 @@ class CoDivide(Objective):
         member.eval()
         try:
             mask = negative_mask(batch.image_group, batch.text_group)
-            return adaptive_prediction(_similarity(member, batch), mask, self.m.margin)
+            return adaptive_prediction(member.batch_similarity(batch), mask, self.method.margin)
         finally:
             member.train()
 
@@ -230,13 +191,13 @@ class CoDivide(Objective):
         """L_soft (Eq. 6) with the soft margins of Eq. 7, against the hardest negative (the
         paper) or the mean over all valid negatives (``robust_loss="mean"``)."""
         mask = negative_mask(batch.image_group, batch.text_group)
-        return self.robust_loss(_similarity(member, batch), mask, label)
+        return self.robust_loss(member.batch_similarity(batch), mask, label)
 
     def robust_loss(self, sims: torch.Tensor, mask: torch.Tensor,
                     label: torch.Tensor) -> torch.Tensor:
         """The per-pair hinge of ``sims`` with margins from the soft ``label`` (Eq. 6-7)."""
-        margins = soft_margin(label, self.m.margin, self.m.soft_margin_base)
-        if self.m.robust_loss == "mean":
+        margins = soft_margin(label, self.method.margin, self.method.soft_margin_base)
+        if self.method.robust_loss == "mean":
             return mean_hinge(sims, mask, margins)
         return hardest_negative_hinge(sims, mask, margins)
 
@@ -260,53 +221,82 @@ class CoDivide(Objective):
 @dataclass
 class GMM(Method):
     """NCR's loss-GMM division with co-teaching matchers. Defaults are the paper's (margin 0.2,
-    soft-margin base 10, Adam 2e-4, batch 128, clip 2.0, threshold 0.5) except ``robust_loss``
-    (see the module docstring); epochs follow :func:`schedule`. ``final="mean"`` averages each
-    pair's clean posterior over the co-training epochs instead of taking the last division's;
-    ``negatives`` chooses the fixed negatives of the division loss (``pool`` or ``batches``)."""
+    soft-margin base 10, Adam 2e-4, batch 128, clip 2.0, threshold 0.5) except ``robust_loss``;
+    epochs follow :func:`schedule`."""
 
     name: ClassVar[str] = "gmm"
     summary: ClassVar[str] = ("NCR (NeurIPS 2021): GMM on per-pair losses of two co-teaching "
                               "matchers, rectified soft margins")
+    departures: ClassVar[tuple[str, ...]] = (
+        "The division loss is measured against fixed seeded negatives (negatives=pool or "
+        "batches), not a reshuffled loader, so the same seed gives the same scores.",
+        "Another caption of the same image, or the same caption text, is masked out of every "
+        "negative.",
+        "Noisy pairs join the loss only in the second half of co-training (noisy_from; the "
+        "authors' code, the paper is silent).",
+        "A and B step together on every batch, each clipped on its own, instead of A's whole "
+        "epoch followed by B's.",
+        "Soft margins are per anchor in both directions (the paper), not the authors' code's "
+        "broadcast b x b margins.",
+        "The soft margins apply to the mean hinge over valid negatives (robust_loss=mean), not "
+        "Eq. 6's hardest negative, under which a matcher trained from scratch collapses "
+        f"({RESULTS}).",
+        "clean_prob averages each pair's posterior over every division (final=mean), not the "
+        f"last one's ({RESULTS}).",
+        "gmm_label takes the adaptive prediction's tau over the whole corpus (its top 10%), not "
+        "over a random batch.",
+        "Epochs follow the optimiser steps (schedule), not the paper's 5 + 40 epochs, which a "
+        f"small corpus memorises long before ({RESULTS}).",
+        "The matcher is this project's dual encoder trained from scratch (or heads on fixed "
+        "vectors), not SGRAF on pretrained region features.",
+    )
 
-    warmup_epochs: int | None = None
-    epochs: int | None = None
-    margin: float = 0.2
-    soft_margin_base: float = 10.0
-    lr: float = 2e-4
-    lr_update: int | None = None
-    batch_size: int = 128
-    grad_clip: float = 2.0
-    p_threshold: float = 0.5
-    noisy_from: float = 0.5
-    negatives: str = "pool"
-    pool_size: int = 1024
-    final: str = "mean"
-    robust_loss: str = "mean"
+    warmup_epochs: int | None = param(
+        None, low=0, rule="clip(round(320 / steps per epoch), 1, 10); 64 steps with frozen "
+        "image vectors", help="epochs of warm-up on every pair (Eq. 1-2)")
+    epochs: int | None = param(
+        None, low=1, rule="clip(round(1280 / steps per epoch), 4, 40); 256 steps with frozen "
+        "image vectors", help="epochs of co-training after the warm-up")
+    margin: float = param(0.2, low=0, low_open=True, help="hinge margin alpha (Eq. 2, 7)")
+    soft_margin_base: float = param(10.0, low=1, low_open=True,
+                                    help="m of the soft margin alpha (m^y - 1) / (m - 1) (Eq. 7)")
+    lr: float = param(2e-4, low=0, low_open=True, help="learning rate (AdamW, no decay)")
+    lr_update: int | None = param(None, low=0, rule="three quarters of the co-training epochs",
+                                  help="co-training epoch from which the rate is a tenth")
+    batch_size: int = param(128, low=2, help="pairs per batch")
+    grad_clip: float = param(2.0, low=0, help="gradient-norm clip per network (0: none)")
+    p_threshold: float = param(0.5, low=0, high=1,
+                               help="clean posterior from which a pair is in the clean set")
+    noisy_from: float = param(0.5, low=0, high=1,
+                              help="share of co-training after which noisy pairs join the loss")
+    negatives: Literal["pool", "batches"] = param(
+        "pool", help="fixed negatives of the division loss: a seeded pool, or seeded batches")
+    pool_size: int = param(1024, low=1, help="pairs in the fixed negative pool")
+    final: Literal["mean", "last"] = param(
+        "mean", help="clean_prob: the posterior averaged over the divisions, or the last one")
+    robust_loss: Literal["mean", "hardest"] = param(
+        "mean", help="the soft hinge over the mean of the valid negatives, or the hardest (Eq. 6)")
 
     def _objective(self, features: Features, warmup: int, epochs: int,
                    context: Context) -> CoDivide:
         return CoDivide(features, self, warmup, epochs, context.device, context.seed)
 
     def fit(self, features: Features, context: Context) -> MethodResult:
-        if self.final not in ("last", "mean"):
-            raise ValueError(f"final must be 'last' or 'mean', got {self.final!r}")
         warmup, epochs = schedule(features.n_pairs, self.batch_size, self.warmup_epochs,
                                   self.epochs, context.frozen_images)
         if context.initial is not None:  # a loaded matcher: start both networks from it
             members = list(context.initial.members)
             model = Ensemble([members[0], members[-1] if len(members) > 1 else
-                              _copy(members[0])])
+                              copy.deepcopy(members[0])])
             warmup = 0
         else:
             model = Ensemble([context.new_matcher(0), context.new_matcher(1)])
         model = self._model(model, features, context)
         objective = self._objective(features, warmup, epochs, context)
         lr_update = self.lr_update if self.lr_update is not None else (3 * epochs) // 4
-        config = TrainConfig(epochs=warmup + epochs, lr=self.lr,
-                             lr_drop_epochs=(warmup + lr_update,), grad_clip=self.grad_clip,
-                             seed=context.seed, device=context.device,
-                             checkpoint_dir=context.checkpoint_dir, resume=context.resume)
+        config = TrainConfig.from_context(context, epochs=warmup + epochs, lr=self.lr,
+                                          lr_drop_epochs=(warmup + lr_update,),
+                                          grad_clip=self.grad_clip)
         history = train(model, objective, config, context.progress)
 
         objective.divide(model)
@@ -357,8 +347,3 @@ class GMM(Method):
         clean = clean_split(clean_prob, self.p_threshold)
         return np.where(clean, clean_prob + (1 - clean_prob) * prediction, prediction)
 
-
-def _copy(module: torch.nn.Module) -> torch.nn.Module:
-    import copy
-
-    return copy.deepcopy(module)

@@ -12,7 +12,7 @@ the pairs with the very lowest losses get a lower clean posterior than pairs in 
 clean component. The values move little (0.998 instead of 0.999) and no pair crossed the 0.5
 split in the runs we looked at, but the ranking does: measured on clip art at 50% noise, seed 1,
 pc2's last division ranked noise 0.900 by its posterior and 0.910 by its own loss, 0.909 once
-monotone (``benchmarks/RESULTS.md``, "the division, division by division").
+monotone (``benchmarks/results/gmm.md``, "the division, division by division").
 """
 
 from __future__ import annotations

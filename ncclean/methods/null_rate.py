@@ -6,8 +6,8 @@ pairs score above the null's median, so the share of real pairs scoring below it
 estimates the noise rate (Storey's pi0 at ``alpha = 0.5``; it errs high by the clean pairs that
 score that low). No distribution is assumed for either kind of pair, which is where a
 two-component Gaussian mixture on similarities goes wrong: on clip art, clean pairs with rare
-captions score lower than those with repeated ones, and the mixture estimated 35% noise where
-19% was injected and 52% where 75% was (``benchmarks/RESULTS.md``, "A noise rate from shuffled
+captions score lower than those with repeated ones, and the mixture's estimate misses the
+injected rate by tens of points (``benchmarks/results/clip.md``, "The noise rate from shuffled
 pairs").
 
 The same two samples give each pair a clean probability: one minus the local false discovery

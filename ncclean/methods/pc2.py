@@ -23,62 +23,29 @@ GMM per network, each network trained on the other's division) and adds three pi
   label becomes ``y = w_c + (1 - w_c) 1(w_o >= tau) w_o`` (Eq. 8), replacing NCR's co-rectified
   label. The division itself, and so ``clean_prob``, comes from the loss GMM alone.
 
-Where this follows the authors' code or departs from both:
-
-- Predictions are stored per image and looked up by global pair index (the code keys its memory
-  bank by subset-local indices in training steps, which looks like a bug). They are taken in an
-  eval pass at every division (and once before the last warm-up epoch), not written during
-  training steps, so ``o`` compares consecutive epochs of the same network deterministically.
-- ``C`` reads the joint embedding (this project's matchers have no region features); the
-  pseudo-caption is the donor's caption embedding from the same forward pass, with gradients
-  (the code substitutes the donor's word-level embeddings).
-- ``L_n`` starts with the noisy pairs of NCR (``noisy_from``, the second half of co-training),
-  as the code's ``warmup_epoch_2 = 25`` of 50 does.
-- ``balanced_labels`` (default on): the caption's hard label is its argmax class *relative to
-  the batch's mean prediction*, ``argmax_k q_ik / qbar_k``, not the raw argmax. With the raw
-  argmax, every caption of a corpus shares one class from the first steps on (the class the
-  untrained classifier slightly prefers), ``L_pse`` pushes every image into it and ``L_ent``
-  can only flatten the predictions: measured on a 100-image synthetic corpus, 1 class of 5 used
-  with ``lambda_ent`` 10 or 1; with balanced labels 4 to 5 of 5, and detection AUROC 0.850
-  against 0.834. ``balanced_labels=false`` restores the paper's rule.
-- ``K``: 128 (the paper's) when the corpus has at least 2,560 distinct images; below that,
-  ``max(2, n_images // 20)``, so each class can hold about twenty images.
-- ``rectify="ncr"`` (ours, off by default) trains the clean-set pairs with NCR's co-rectified
-  label ``w + (1 - w) P(I, T)`` instead of Eq. 8. On clip art at 50% noise the oscillation
-  carries no information (``pc2_w_osc`` AUROC 0.51), yet swapping the rule changes nothing
-  measurable: AUROC 0.910 either way (F1 0.790 against 0.772; ``benchmarks/RESULTS.md``).
-  ``pc2_label`` reports Eq. 8's label whichever rule trains.
-- ``head_gradient=False`` (ours, off by default) reads the joint embeddings through a
-  stop-gradient in ``L_pse`` and ``L_ent``: the classifier learns on the matcher's embeddings
-  without shaping them (and is clipped apart from the matcher); with ``rectify="ncr"`` too, the
-  matcher trains exactly as NCR's until the pseudo-captions start (measured: the division curves
-  agree to the fourth decimal). The paper trains both together. On clip art it is worth
-  +0.001 AUROC at 50% noise (below gmm still), nothing at 80%, and the pseudo-captions are as good
-  (``benchmarks/RESULTS.md``, "pc2 with a detached classifier").
-- The final pseudo-captions (the pseudo-caption stage) are searched over the whole corpus in the
-  same class-probability space, averaging the two networks' cosines, with ``S^p >= 0.5``.
+Where this departs from the paper: :attr:`PC2.departures` (``ncclean methods pc2``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ncclean.errors import BadOptionError
-from ncclean.methods.base import Context, MethodResult
+from ncclean.methods.base import Context, MethodResult, param
 from ncclean.methods.gmm import GMM, CoDivide
 from ncclean.methods.mixture import MixtureFit, clean_split, fit_clean_posterior
-from ncclean.models.features import Features
+from ncclean.models.features import Batch, Features
 from ncclean.models.matcher import Ensemble
-from ncclean.train.losses import mean_hinge, negative_mask
+from ncclean.seeds import derive_seed
+from ncclean.train.losses import negative_mask
 from ncclean.train.scoring import embed
 
-RECTIFY = ("oscillation", "ncr")
+RESULTS = "benchmarks/results/pc2.md"
 
 
 def n_classes_for(n_images: int, requested: int | None) -> int:
@@ -116,6 +83,9 @@ class Classified(nn.Module):
 
     def encode_texts(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.matcher.encode_texts(*inputs)
+
+    def batch_similarity(self, batch: Batch) -> torch.Tensor:
+        return self.matcher.batch_similarity(batch)
 
 
 @torch.no_grad()
@@ -177,11 +147,11 @@ class PseudoClassify(CoDivide):
 
     def rectified(self, w: np.ndarray, w_osc: np.ndarray) -> np.ndarray:
         """Eq. 8: ``y = w + (1 - w) 1(w_o >= tau) w_o``."""
-        return w + (1 - w) * (w_osc >= self.m.p_threshold) * w_osc
+        return w + (1 - w) * (w_osc >= self.method.p_threshold) * w_osc
 
     def clean_label(self, member: Classified, batch, clean: np.ndarray, k: int) -> torch.Tensor:
         """Eq. 8's label of network ``k``'s clean-set pairs, or NCR's with ``rectify="ncr"``."""
-        if self.m.rectify == "ncr":
+        if self.method.rectify == "ncr":
             return super().clean_label(member, batch, clean, k)
         return torch.as_tensor(self.rectified(self.posterior[1 - k][clean],
                                               self.w_osc[1 - k][clean]),
@@ -192,46 +162,32 @@ class PseudoClassify(CoDivide):
     def classification(self, member: Classified, images: torch.Tensor,
                        texts: torch.Tensor) -> torch.Tensor:
         """``lambda_pse L_pse + lambda_ent L_ent`` of a batch's image and caption embeddings."""
-        if not self.m.head_gradient:  # the captions' side is a label, never a gradient
+        if not self.method.head_gradient:  # the captions' side is a label, never a gradient
             images = images.detach()
         logits = member.head(images)
         with torch.no_grad():
             q = torch.softmax(member.head(texts), dim=1)
-            if self.m.balanced_labels:  # the caption's class relative to the batch's preference
+            if self.method.balanced_labels:  # the caption's class relative to the batch's
                 q = q / q.mean(dim=0, keepdim=True)
             label = q.argmax(dim=1)
         mean = torch.softmax(logits, dim=1).mean(dim=0)
         negative_entropy = (mean * torch.log(mean.clamp(min=1e-8))).sum()
-        return self.m.lambda_pse * F.cross_entropy(logits, label) + \
-            self.m.lambda_ent * negative_entropy
+        return self.method.lambda_pse * F.cross_entropy(logits, label) + \
+            self.method.lambda_ent * negative_entropy
 
-    def loss(self, model: Ensemble, step: Any, epoch: int) -> torch.Tensor:
-        kind, parts = step
-        features, device = self.features, self.device
-        total = torch.zeros((), device=device)
-        if kind == "warm-up":
-            for member, pairs in zip(model.members, parts):
-                batch = features.batch(pairs, device)
-                images = member.encode_images(*batch.images)
-                texts = member.encode_texts(*batch.texts)
-                mask = negative_mask(batch.image_group, batch.text_group)
-                total = total + mean_hinge(images @ texts.T, mask, self.m.margin).sum() + \
-                    self.classification(member, images, texts)
-            return total
+    def extra_loss(self, member: Classified, images: torch.Tensor,
+                   texts: torch.Tensor) -> torch.Tensor:
+        """PC²'s classification terms on every batch, warm-up and co-training alike."""
+        return self.classification(member, images, texts)
 
-        for k, (clean, noisy) in enumerate(parts):
-            member = model.members[k]
-            batch = features.batch(clean, device)
-            images = member.encode_images(*batch.images)
-            texts = member.encode_texts(*batch.texts)
-            label = self.clean_label(member, batch, clean, k)
-            mask = negative_mask(batch.image_group, batch.text_group)
-            total = total + self.robust_loss(images @ texts.T, mask, label).sum() + \
-                self.classification(member, images, texts)
-            if self.use_noisy(epoch) and len(noisy) and len(clean):
-                total = total + self.m.lambda_noisy * self.pseudo_caption_loss(
-                    member, features.batch(noisy, device), images, texts, batch.text_group)
-        return total
+    def noisy_loss(self, member: Classified, other: Classified, noisy: Batch, clean: Batch,
+                   clean_images: torch.Tensor, clean_texts: torch.Tensor) -> torch.Tensor | None:
+        """``lambda_noisy L_n``: the noisy images against pseudo-captions from the clean batch
+        (none when the clean batch is empty)."""
+        if not len(clean_images):
+            return None
+        return self.method.lambda_noisy * self.pseudo_caption_loss(
+            member, noisy, clean_images, clean_texts, clean.text_group)
 
     def pseudo_caption_loss(self, member: Classified, noisy, clean_images: torch.Tensor,
                             clean_texts: torch.Tensor,
@@ -245,7 +201,7 @@ class PseudoClassify(CoDivide):
             clean_p = F.normalize(torch.softmax(member.head(clean_images), 1), dim=1)
             closeness = (noisy_p @ clean_p.T).max(dim=1)
             donor, similarity = closeness.indices, closeness.values
-            usable = (similarity >= self.m.pseudo_threshold).float()
+            usable = (similarity >= self.method.pseudo_threshold).float()
         captions = clean_texts[donor]
         mask = negative_mask(noisy.image_group, clean_text_group[donor])
         return (usable * self.robust_loss(images @ captions.T, mask, similarity)).sum()
@@ -274,25 +230,45 @@ class PseudoClassify(CoDivide):
 class PC2(GMM):
     """PC² on NCR's co-division. NCR's fields keep their meaning and defaults (see
     :class:`~ncclean.methods.gmm.GMM`); ``soft_margin_base`` is PC²'s curve ``m`` (10) and
-    ``p_threshold`` its ``tau`` for both mixtures. PC²'s own: ``n_classes`` (K, see the module
-    docstring for the rule when unset), loss weights ``lambda_pse`` 1, ``lambda_ent`` 10,
-    ``lambda_noisy`` 1, ``pseudo_threshold`` 0.5 (no supervision below that ``S^p``);
-    ``balanced_labels``, ``rectify`` (``oscillation``, Eq. 8, or ``ncr``) and ``head_gradient``
-    are ours, see the module docstring."""
+    ``p_threshold`` its ``tau`` for both mixtures."""
 
     name: ClassVar[str] = "pc2"
     summary: ClassVar[str] = ("PC2 (ACM MM 2024): NCR's division plus pseudo-classes, in-batch "
                               "pseudo-captions and prediction-oscillation rectification")
+    departures: ClassVar[tuple[str, ...]] = GMM.departures + (
+        "L_ent maximises the entropy of the batch-mean prediction, as the text intends; the "
+        "printed Eq. 3 has the opposite sign and the authors' code flattens each prediction.",
+        "Class predictions are kept per image and looked up by global pair index, from an eval "
+        "pass at every division, not written during training steps.",
+        "The classifier reads the joint embedding and a pseudo-caption is the donor's caption "
+        "embedding (no region or word features here).",
+        "Pseudo-caption supervision needs S^p >= pseudo_threshold (the authors' code) and starts "
+        "with NCR's noisy pairs (noisy_from).",
+        "A caption's hard class is its argmax relative to the batch's mean prediction "
+        "(balanced_labels); the raw argmax sends every caption to one class "
+        f"({RESULTS}).",
+        "K is 128 from 2,560 distinct images on, max(2, n_images // 20) below.",
+        "Oscillation is KL(previous || current), Eq. 7's direction (the authors' code has the "
+        "reverse).",
+        "The final pseudo-captions are searched over the whole corpus in the two networks' "
+        "class-probability space, not in a batch.",
+    )
 
-    n_classes: int | None = None
-    classifier_hidden: int = 256
-    lambda_pse: float = 1.0
-    lambda_ent: float = 10.0
-    lambda_noisy: float = 1.0
-    pseudo_threshold: float = 0.5
-    balanced_labels: bool = True
-    rectify: str = "oscillation"
-    head_gradient: bool = True
+    n_classes: int | None = param(
+        None, low=2, rule="128 from 2,560 distinct images on, else max(2, n_images // 20)",
+        help="pseudo-classes K")
+    classifier_hidden: int = param(256, low=1, help="hidden width of the classifier C")
+    lambda_pse: float = param(1.0, low=0, help="weight of the pseudo-classification loss")
+    lambda_ent: float = param(10.0, low=0, help="weight of the batch-entropy term")
+    lambda_noisy: float = param(1.0, low=0, help="weight of the pseudo-caption loss L_n")
+    pseudo_threshold: float = param(0.5, low=0, high=1,
+                                    help="S^p under which a pseudo-caption gives no supervision")
+    balanced_labels: bool = param(True, help="caption classes relative to the batch mean "
+                                  "(ours) instead of the raw argmax")
+    rectify: Literal["oscillation", "ncr"] = param(
+        "oscillation", help="clean-set labels by Eq. 8, or NCR's co-rectified label (ours)")
+    head_gradient: bool = param(True, help="the classification losses shape the matcher's "
+                                "embeddings (false: the head reads them detached, ours)")
 
     def _model(self, ensemble: Ensemble, features: Features, context: Context) -> nn.Module:
         k = n_classes_for(len(features.image_data), self.n_classes)
@@ -300,7 +276,7 @@ class PC2(GMM):
         members = []
         try:
             for index, matcher in enumerate(ensemble.members):
-                torch.manual_seed(context.seed * 1009 + 500 + index)
+                torch.manual_seed(derive_seed(context.seed, "pc2-classifier", index))
                 members.append(Classified(matcher, k, self.classifier_hidden,
                                           clip_apart=not self.head_gradient))
         finally:
@@ -312,8 +288,6 @@ class PC2(GMM):
 
     def _objective(self, features: Features, warmup: int, epochs: int,
                    context: Context) -> PseudoClassify:
-        if self.rectify not in RECTIFY:
-            raise BadOptionError(f"rectify must be one of {RECTIFY}, got {self.rectify!r}")
         return PseudoClassify(features, self, warmup, epochs, context.device, context.seed)
 
     def _finish(self, result: MethodResult, objective: PseudoClassify,

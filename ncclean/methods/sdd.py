@@ -8,65 +8,49 @@ logit scale), and
   even as in-batch negatives);
 - **confidence weight** (Eq. 5-6): ``w_con`` is the posterior of the higher-mean component of a
   two-component mixture fitted to all ``s`` (the shared :mod:`ncclean.methods.mixture`);
-- **significance weight** (Eq. 9-11): for each batch a siamese copy of the model takes one step on
-  the batch's ``w_con``-weighted InfoNCE, and the losses of the pairs' memory entries (their most
-  similar image and caption among the reliable pairs ``s > beta``, chosen once before training)
-  before and after give ``c``; ``w_sig = tanh(c)`` when ``c < 1``, else 1
-  (:class:`ncclean.stages.significance.Probe`, copied from the model before every step as in
-  NPC's code);
-- the model trains on ``mean(w_con * w_sig * InfoNCE)`` over the kept pairs (Eq. 12).
+- **significance weight** (Eq. 7-11): for each batch a siamese copy of the model takes one step
+  on the batch's ``w_con``-weighted InfoNCE, and the losses of the pairs' memory entries (their
+  most similar image and caption among the reliable pairs ``s > beta``, chosen once before
+  training) before and after give ``c`` (Eq. 10); ``w_sig = tanh(c)`` when ``c < 1``, else 1
+  (:class:`ncclean.train.probe.Probe`, copied from the model before every step as in NPC's code);
+- the model trains on ``mean(w_con * w_sig * InfoNCE)`` over the kept pairs (Eq. 12), with
+  Eq. 2's InfoNCE ``CE(I, T) + CE(T, I)``.
 
 Partitions follow the paper's four groups after the last re-scoring: dropped -> ``noisy``,
-kept with ``w_con < vague_below`` -> ``vague`` (the paper gives no cut; 0.8, the ``score``
-command's ``--clean-above``: with the fitted ``alpha`` every kept pair has ``w_con >= 0.5``, so
-the digest's 0.5 would leave ``vague`` empty), the rest clean, split by the significance stage in
-``update`` mode (SDD's ``c``, averaged over shuffled passes) unless ``--significance`` says
+kept with ``w_con < vague_below`` -> ``vague``, the rest clean, split by the significance stage
+in ``update`` mode (SDD's ``c``, averaged over shuffled passes) unless ``--significance`` says
 otherwise. ``clean_prob`` is ``w_con``, halved for dropped pairs (so they read under 0.5 and keep
-their order); with ``final="mean"`` (default, ours) ``w_con`` is averaged over every epoch's
-re-scoring, as ``gmm`` averages its divisions (a score averaged over epochs is steadier than the
-last one). ``--clean-above`` / ``--noisy-below`` do not apply.
+their order); ``--clean-above`` / ``--noisy-below`` do not apply.
 
 Where the model comes from: a loaded matcher (``--load-matcher``), or, where no pretrained CLIP
-exists (this machine), a matcher warmed up on the corpus itself, exactly ``gmm``'s warm-up, which
-SDD then fine-tunes whole (our matchers are small; the paper fine-tunes all of CLIP). With
-precomputed embedding columns or a pretrained CLIP (``--clip-pretrained`` /
-``--clip-checkpoint``) the warmed-up matcher is heads on those frozen features; with
-``--finetune full`` SDD starts from the pretrained CLIP itself, no warm-up, and fine-tunes every
-weight (the paper's setting, meant for a GPU; pass the paper's ``-p lr=2e-7 -p alpha=20
--p beta=30`` for ViT-B/32).
-
-Departures, each because the paper's value belongs to CLIP ViT-B/32:
-
-- ``alpha`` and ``beta`` default to ``auto``: ``alpha`` is the mixture's decision boundary (the
-  lowest ``s`` whose ``w_con`` reaches 0.5) and ``beta`` the clean component's mean, both from
-  the epoch's fit. The paper's 20 and 30 (cosine 0.2 and 0.3 on CLIP's scale) are
-  ``-p alpha=20 -p beta=30``; on a matcher trained from scratch they drop everything or nothing.
-- InfoNCE temperature 0.05 (CLIP's learned 0.01 is too sharp for a matcher trained for a few
-  epochs), learning rate 2e-4 and 10 epochs (the paper's 2e-7 moves CLIP's pretrained weights; a
-  warmed-up matcher needs more: on clip art at 50% noise, 2e-5 for 5 epochs gave AUROC 0.907,
-  2e-4 for 10 epochs 0.919, ``benchmarks/RESULTS.md``), AdamW weight decay 0.2 as in the paper.
-- Memory entries exclude the pair's own image and its other captions (the digest's suggestion;
-  NPC's code lets a clean pair be its own entry, which makes ``c`` measure the pair itself).
+exists, a matcher warmed up on the corpus itself (NCR's warm-up, :mod:`ncclean.train.warmup`),
+which SDD then fine-tunes whole. With precomputed embedding columns or a pretrained CLIP the
+warmed-up matcher is heads on those frozen features; with ``--finetune full`` SDD starts from the
+pretrained CLIP itself and fine-tunes every weight (the paper's setting, meant for a GPU; pass
+the paper's ``-p lr=2e-7 -p alpha=20 -p beta=30`` for ViT-B/32). Where this departs from the
+paper, and where the authors' code departs from it: :attr:`SDD.departures`
+(``ncclean methods sdd``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 
-from ncclean.errors import BadOptionError
-from ncclean.methods.base import Context, Method, MethodResult
-from ncclean.methods.clip import starting_matcher, warmed_matcher
+from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.mixture import MixtureFit, fit_clean_posterior
 from ncclean.models.features import Features
 from ncclean.stages import reference_cap
-from ncclean.stages.significance import Probe, confident_pool, memory_entries
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import contrastive_ce, negative_mask
+from ncclean.train.probe import Probe, confident_pool, memory_entries
 from ncclean.train.scoring import Embeddings, embed, kept_dtype
+from ncclean.train.warmup import starting_matcher, warmed_matcher
+
+RESULTS = "benchmarks/results/sdd.md"
 
 
 @dataclass
@@ -103,7 +87,7 @@ class SelfDropDualWeight(Objective):
     stage = "sdd"
 
     def __init__(self, features: Features, method: SDD, device: str, seed: int):
-        self.features, self.m, self.device, self.seed = features, method, device, seed
+        self.features, self.method, self.device, self.seed = features, method, device, seed
         self.scores: Scores | None = None
         self.probe: Probe | None = None
         self.c = np.full(features.n_pairs, np.nan)
@@ -114,15 +98,15 @@ class SelfDropDualWeight(Objective):
 
     def begin_epoch(self, model: torch.nn.Module, epoch: int) -> None:
         embeddings = embed(model, self.features, self.device)
-        self.scores = rescore(embeddings, self.features, self.m.scale, self.m.alpha,
-                              self.m.beta, self.seed)
+        self.scores = rescore(embeddings, self.features, self.method.scale, self.method.alpha,
+                              self.method.beta, self.seed)
         self.w_con_sum += self.scores.w_con
         self.rescorings += 1
         if self.entries is None:  # the memory bank, once, from the starting model
             self.entries = self.memory_bank(embeddings)
         if self.probe is None:
-            self.probe = Probe(model, self.features, self.entries, self.m.temperature,
-                               self.m.probe_step, self.device)
+            self.probe = Probe(model, self.features, self.entries, self.method.temperature,
+                               self.method.probe_step, self.device)
 
     def memory_bank(self, embeddings: Embeddings) -> tuple[np.ndarray, np.ndarray]:
         """Each pair's entries (Eq. 8): the reliable pair (``s > beta``; the top 10% when too
@@ -138,7 +122,7 @@ class SelfDropDualWeight(Objective):
         image_entry, text_entry = self.probe.image_entry, self.probe.text_entry
         usable = self.scores.kept & (image_entry >= 0) & (text_entry >= 0)
         order = rng.permutation(np.flatnonzero(usable))
-        b = self.m.batch_size
+        b = self.method.batch_size
         return [order[i:i + b] for i in range(0, len(order), b) if len(order[i:i + b]) > 1]
 
     def loss(self, model: torch.nn.Module, pairs: np.ndarray, epoch: int) -> torch.Tensor:
@@ -148,10 +132,9 @@ class SelfDropDualWeight(Objective):
         self.c[pairs] = c.cpu().numpy()
         w_sig = torch.where(c < 1, torch.tanh(c), torch.ones_like(c))
         batch = self.features.batch(pairs, self.device)
-        sims = model.encode_images(*batch.images) @ model.encode_texts(*batch.texts).T
-        i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group),
-                                  self.m.temperature)
-        return (w_con * w_sig * (i2t + t2i)).mean()
+        mask = negative_mask(batch.image_group, batch.text_group)
+        i2t, t2i = contrastive_ce(model.batch_similarity(batch), mask, self.method.temperature)
+        return (w_con * w_sig * (i2t + t2i)).mean()  # Eq. 12 with Eq. 2 (no 1/2, unlike the code)
 
     def state(self) -> dict[str, np.ndarray]:
         out = {"c": self.c, "w_con_sum": self.w_con_sum,
@@ -178,34 +161,59 @@ class SelfDropDualWeight(Objective):
 
 @dataclass
 class SDD(Method):
-    """Self-Drop and Dual-Weight; defaults and departures in the module docstring.
-    ``alpha`` / ``beta``: thresholds on ``s = scale * cos`` (``auto`` by default);
-    ``vague_below``: the ``w_con`` under which a kept pair is vague; ``final``: ``mean``
-    averages each pair's ``w_con`` over every epoch's re-scoring and the last one, ``last``
-    takes the last; ``probe_step``: the siamese copy's SGD step; ``warmup_epochs``: of the
-    warm-up when no matcher is loaded."""
+    """Self-Drop and Dual-Weight; the paper's defaults where they fit a matcher trained here
+    (see :attr:`departures`)."""
 
     name: ClassVar[str] = "sdd"
     summary: ClassVar[str] = ("SDD (2024): self-drop below alpha, confidence and significance "
                               "weights, fine-tuning on the dual-weighted InfoNCE")
+    departures: ClassVar[tuple[str, ...]] = (
+        "alpha and beta default to auto (the mixture's 0.5 boundary and its clean mean) because "
+        "the paper's 20 and 30 belong to CLIP ViT-B/32's scale.",
+        "InfoNCE temperature 0.05, learning rate 2e-4 and 10 epochs, not CLIP's 0.01, 2e-7 and "
+        f"5, which cannot move a matcher trained for a few epochs ({RESULTS}).",
+        "Without a loaded matcher or pretrained CLIP the model is NCR's warm-up on the corpus "
+        "itself, not zero-shot CLIP.",
+        "Memory entries exclude the pair's own image and its other captions (NPC's code lets a "
+        "clean pair be its own entry).",
+        "The siamese copy takes a plain SGD step of probe_step in eval mode on half the "
+        "w_con-weighted InfoNCE, not an AdamW step, so c is deterministic.",
+        "c combines the memory losses by direction as Eq. 9-10 print them; the authors' code "
+        "combines them by entry, (L_img_before / L_img_after + L_txt_before / L_txt_after) / 2.",
+        "The training loss is Eq. 12 with Eq. 2's InfoNCE, CE(I, T) + CE(T, I); the authors' "
+        "code halves it.",
+        "w_con is fitted on min-max normalised s (the paper is silent); the authors' code fits "
+        "raw s, which moves w_con by a few hundredths through the mixture's regularisation.",
+        "clean_prob averages w_con over every epoch's re-scoring (final=mean) and halves it for "
+        f"dropped pairs; the paper gives no score ({RESULTS}).",
+        "A kept pair with w_con under vague_below (0.8) is vague; the paper gives no cut, and "
+        "with the fitted alpha every kept pair has w_con >= 0.5.",
+    )
 
-    alpha: float | None = None
-    beta: float | None = None
-    scale: float = 100.0
-    epochs: int = 10
-    batch_size: int = 128
-    lr: float = 2e-4
-    weight_decay: float = 0.2
-    temperature: float = 0.05
-    probe_step: float = 0.05
-    vague_below: float = 0.8
-    final: str = "mean"
-    warmup_epochs: int | None = None
-    warmup_lr: float = 2e-4
+    alpha: float | None = param(
+        None, rule="the mixture's decision boundary: the lowest s whose w_con reaches 0.5",
+        help="self-drop threshold on s = scale * cos (Eq. 4; the paper's 20)")
+    beta: float | None = param(
+        None, rule="the clean component's mean", help="memory-bank threshold on s (Eq. 7; the "
+        "paper's 30)")
+    scale: float = param(100.0, low=0, low_open=True, help="s = scale * cos (CLIP's 100)")
+    epochs: int = param(10, low=1, help="epochs of fine-tuning")
+    batch_size: int = param(128, low=2, help="pairs per batch")
+    lr: float = param(2e-4, low=0, low_open=True, help="learning rate (AdamW)")
+    weight_decay: float = param(0.2, low=0, help="AdamW weight decay (the paper's 0.2)")
+    temperature: float = param(0.05, low=0, low_open=True, help="InfoNCE temperature")
+    probe_step: float = param(0.05, low=0, low_open=True,
+                              help="SGD step of the siamese copy (Eq. 9-10)")
+    vague_below: float = param(0.8, low=0, high=1,
+                               help="w_con under which a kept pair is vague")
+    final: Literal["mean", "last"] = param(
+        "mean", help="clean_prob from w_con averaged over every re-scoring, or the last one")
+    warmup_epochs: int | None = param(
+        None, low=1, rule="gmm's warm-up rule for the corpus size", help="epochs of the warm-up "
+        "when no matcher is loaded")
+    warmup_lr: float = param(2e-4, low=0, low_open=True, help="learning rate of the warm-up")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
-        if self.final not in ("mean", "last"):
-            raise BadOptionError(f"final must be 'mean' or 'last', got {self.final!r}")
         config = context.matcher_config
         if context.initial is not None or (config is not None and config.finetune == "full"):
             model, source = starting_matcher(context)
@@ -213,9 +221,8 @@ class SDD(Method):
             model, _, source = warmed_matcher(features, context, self.warmup_epochs,
                                               self.batch_size, self.warmup_lr)
         objective = SelfDropDualWeight(features, self, context.device, context.seed)
-        config = TrainConfig(epochs=self.epochs, lr=self.lr, weight_decay=self.weight_decay,
-                             grad_clip=2.0, seed=context.seed, device=context.device,
-                             checkpoint_dir=context.checkpoint_dir, resume=context.resume)
+        config = TrainConfig.from_context(context, epochs=self.epochs, lr=self.lr,
+                                          weight_decay=self.weight_decay, grad_clip=2.0)
         history = train(model, objective, config, context.progress)
 
         model.eval()

@@ -112,6 +112,11 @@ class Matcher(nn.Module):
         """``(B, embed_dim)`` unit vectors."""
         return F.normalize(self.text_tower(*inputs), dim=-1)
 
+    def batch_similarity(self, batch: Any) -> torch.Tensor:
+        """``(B, B)`` cosines of a :class:`~ncclean.models.features.Batch`: its images (rows)
+        against its captions (columns)."""
+        return self.encode_images(*batch.images) @ self.encode_texts(*batch.texts).T
+
 
 class Ensemble(nn.Module):
     """Several matchers scored as one: similarity = mean of the members' cosines."""
@@ -135,6 +140,10 @@ class Ensemble(nn.Module):
 
     def encode_texts(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self._join([m.encode_texts(*inputs) for m in self.members])
+
+    def batch_similarity(self, batch: Any) -> torch.Tensor:
+        """``(B, B)``: the members' mean cosine of a batch's images and captions."""
+        return self.encode_images(*batch.images) @ self.encode_texts(*batch.texts).T
 
 
 def build_matcher(config: MatcherConfig, seed: int) -> Matcher:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ncclean.models.features import Features
+from ncclean.seeds import derive_rng
 from ncclean.stages import reference_cap
 from ncclean.train.scoring import Embeddings
 
@@ -130,8 +131,8 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
         donor_rows = donor_rows[np.sort(first)]
     cap = reference_cap(len(query_rows))
     if len(donor_rows) > cap:
-        donor_rows = np.sort(np.random.default_rng([seed, 67]).choice(donor_rows, cap,
-                                                                      replace=False))
+        donor_rows = np.sort(derive_rng(seed, "donor-sample").choice(donor_rows, cap,
+                                                                     replace=False))
     report["searched_donors"] = int(len(donor_rows))
     best, best_score = _best(space, query_rows, donor_rows, features.text_group)
     keep = np.isfinite(best_score) & (best_score >= min_score)

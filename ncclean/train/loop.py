@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ncclean.progress import Progress, no_progress
+from ncclean.seeds import derive_seed, epoch_rng
 
 
 @dataclass
@@ -42,6 +43,16 @@ class TrainConfig:
     device: str = "cpu"
     checkpoint_dir: Path | None = None
     resume: bool = False
+
+    @classmethod
+    def from_context(cls, context: Any, **settings: Any) -> TrainConfig:
+        """The config of a method's training in the run ``context`` (a
+        :class:`ncclean.methods.base.Context`: its seed, device, checkpoint folder and resume
+        flag), with the method's own ``settings`` (``epochs``, ``lr``, ...); a setting named
+        here wins over the context's (CRCL seeds and checkpoints each piece apart)."""
+        run = {"seed": context.seed, "device": context.device,
+               "checkpoint_dir": context.checkpoint_dir, "resume": context.resume}
+        return cls(**(run | settings))
 
     def lr_at(self, epoch: int, step: int = 0) -> float:
         """The rate in ``epoch`` at optimiser step ``step`` (counted from the start of
@@ -80,10 +91,6 @@ class Objective(ABC):
         """Restore what :meth:`state` returned."""
 
 
-def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
-    return np.random.default_rng([seed, epoch])
-
-
 def _clip_groups(model: nn.Module) -> list[list[nn.Parameter]]:
     """Gradient clipping applies per network: each member of an ensemble (NCR's A and B) is
     clipped on its own, as when each has its own optimiser. A member with a ``clip_groups()``
@@ -114,7 +121,7 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
     step_count = sum(int(report["steps"]) for report in history)
     for epoch in range(start, config.epochs):
         began = time.perf_counter()
-        torch.manual_seed(config.seed * 100_003 + epoch)
+        torch.manual_seed(derive_seed(config.seed, "epoch", epoch))
         objective.begin_epoch(model, epoch)
         steps = list(objective.steps(epoch, epoch_rng(config.seed, epoch)))
         model.train()

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ncclean.models.features import Features
+from ncclean.seeds import derive_rng
 from ncclean.train.losses import mean_hinge, negative_mask
 
 NEGATIVES = ("pool", "batches")
@@ -114,7 +115,7 @@ def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0
     negatives (``"pool"`` or ``"batches"``, see the module docstring). Deterministic."""
     if negatives not in NEGATIVES:
         raise ValueError(f"negatives must be one of {NEGATIVES}, got {negatives!r}")
-    rng = np.random.default_rng([seed, 7919])
+    rng = derive_rng(seed, "negative-pool")
     out = np.empty(features.n_pairs, dtype=np.float32)
     if negatives == "batches":
         for pairs, sims, mask in fixed_batches(embeddings, features, batch_size, rng):
@@ -160,7 +161,7 @@ def pool_matching_probability(embeddings: Embeddings, features: Features, temper
     (:func:`pool_blocks`), the mean of the image-to-text and text-to-image softmax probability of
     the positive over the positive and the valid pool negatives at ``temperature``.
     Deterministic."""
-    rng = np.random.default_rng([seed, 7919])
+    rng = derive_rng(seed, "negative-pool")
     out = np.empty(features.n_pairs, dtype=np.float32)
     for rows, img, txt, positive, mask, pool_images, pool_texts in pool_blocks(
             embeddings, features, pool_size, rng):

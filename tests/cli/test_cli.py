@@ -168,10 +168,10 @@ def test_console_script_exit_code_in_a_real_process(tmp_path):
 def test_methods_lists_parameters_and_what_decides_an_unset_default(capsys):
     code, out, _ = run(capsys, "methods", "crcl")
     assert code == 0
-    assert "-p target=...   default 'rank' with update=epoch, 'p' with update=batch" in out
-    assert "-p score=...   default 'label'" in out
+    assert "target = auto (rank with update=epoch, p with update=batch)" in out
+    assert "score = label    allowed: label | mean-rank" in out
     code, out, _ = run(capsys, "methods", "gmm")
-    assert code == 0 and "-p warmup_epochs=...   default rule for the corpus size" in out
+    assert code == 0 and "warmup_epochs = auto (clip(round(320 / steps per epoch), 1, 10)" in out
 
 
 def test_clip_on_two_widths_without_alignment_is_one_line(capsys, tmp_path):

@@ -42,3 +42,19 @@ def test_tiny_clean_probabilities_keep_their_order():
     truth = np.array([True, False, True, False])
     prob = np.array([1e-30, 1e-20, 1e-25, 0.9])
     assert detection_metrics(truth, prob).auroc == 1.0
+
+
+def test_nan_scores_are_left_out_and_counted():
+    noisy = np.array([True, True, False, False, False, True, False])
+    clean_prob = np.array([0.1, 0.6, 0.4, 0.8, 0.9, np.nan, np.nan])
+    metrics = detection_metrics(noisy, clean_prob)
+    assert metrics.auroc == pytest.approx(5 / 6)  # the hand-computed case on the scored five
+    assert (metrics.n_pairs, metrics.n_noisy, metrics.n_unscored, metrics.n_flagged) == \
+        (5, 2, 2, 2)
+    flagged = np.array([True, True, True, False, False, True, True])
+    assert detection_metrics(noisy, clean_prob, flagged=flagged).n_flagged == 3
+
+
+def test_no_score_at_all_gives_nan_metrics_not_an_error():
+    metrics = detection_metrics(np.array([True, False]), np.array([np.nan, np.nan]))
+    assert math.isnan(metrics.auroc) and metrics.n_unscored == 2 and metrics.n_pairs == 0

@@ -15,11 +15,19 @@ from ncclean.testing import check_method, tiny_features
 from tests.helpers import write_parquet
 
 
-def test_passes_the_conformance_suite_with_a_warmed_up_matcher():
-    result = check_method(Clip(warmup_epochs=1, batch_size=32))
+def test_passes_the_conformance_suite_on_precomputed_vectors():
+    result = check_method(Clip())
     assert set(result.columns) == {"clip_sim"}
+    assert result.report["embeddings"] == "precomputed columns"
+    assert result.matcher is None
+
+
+def test_a_warmed_up_matcher_is_the_similarity_source_without_vectors():
+    features, config, _ = tiny_features(n_images=8)
+    result = Clip(warmup_epochs=1, batch_size=32).fit(features, Context(seed=0,
+                                                                        matcher_config=config))
     assert result.report["embeddings"] == "matcher warmed up for 1 epochs"
-    assert result.matcher is not None
+    assert result.matcher is not None and result.clean_prob.shape == (features.n_pairs,)
 
 
 def test_warmed_up_similarity_finds_injected_noise():
@@ -99,7 +107,7 @@ def test_raw_cosine_of_two_widths_is_refused_with_a_way_out(tmp_path, rng):
 
 def test_alignment_settings_are_checked():
     features, config, _ = tiny_features(n_images=8)
-    with pytest.raises(BadOptionError, match="align must be"):
+    with pytest.raises(BadOptionError, match="parameter .align. of .clip.: .pca. is not one of"):
         Clip(align="pca").fit(features, Context(matcher_config=config))
     with pytest.raises(BadOptionError, match="already share one space"):
         Clip(align="cca").fit(features, Context(matcher_config=config))
@@ -145,7 +153,7 @@ def test_a_clean_corpus_is_called_clean(tmp_path, rng):
     assert partition.count("noisy") / 600 < 0.05 and summary.noise_rate < 0.05
     report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
     assert "false discovery rate" in report["posterior"] and "mixture" not in report
-    with pytest.raises(BadOptionError, match="posterior must be"):
+    with pytest.raises(BadOptionError, match="parameter .posterior. of .clip."):
         api.score(tmp_path / "emb.parquet", tmp_path / "x.parquet", method="clip",
                   columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
                   params={"posterior": "gmm"})

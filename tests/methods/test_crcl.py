@@ -19,9 +19,9 @@ from ncclean.train.scoring import embed, pool_matching_probability
 
 
 def test_passes_the_conformance_suite():
-    result = check_method(CRCL(pieces=(2, 2), freeze_epochs=1, batch_size=32))
+    result = check_method(CRCL(pieces=(6, 4), freeze_epochs=3, batch_size=16, lr=3e-3))
     assert set(result.columns) == {"crcl_label", "crcl_p", "crcl_sim", "crcl_rank_mean"}
-    assert result.report["pieces"] == [2, 2]
+    assert result.report["pieces"] == [6, 4]
     assert ((result.columns["crcl_p"] > 0) & (result.columns["crcl_p"] <= 1)).all()
 
 
@@ -91,10 +91,46 @@ def test_label_updates_paper_and_code():
     assert np.allclose(paper.labels, 0.8 * 0.5 + 0.2 * 0.05)
     code = SelfRefine(features, CRCL(update="batch"), (4, 4), 2, "cpu")
     rows = np.arange(n)
-    code._update_batch(rows, np.full(n, 0.05), epoch=1)  # last frozen epoch of piece 1
-    assert (code.labels == 0).all()  # overwritten, then the sticky zero
-    code._update_batch(rows, np.full(n, 0.4), epoch=2)
+    assert code._update_batch(rows, np.full(n, 0.3), epoch=0)  # frozen: nothing written
+    assert (code.labels == 1).all()
+    # piece 1's last frozen epoch: the raw p_hat is written back, no threshold, and the step
+    # trains on the old labels (train_self)
+    assert code._update_batch(rows, np.full(n, 0.05), epoch=1)
+    assert np.allclose(code.labels, 0.05)
+    assert not code._update_batch(rows, np.full(n, 0.4), epoch=2)  # momentum, trained on
+    assert np.allclose(code.labels, 0.8 * 0.05 + 0.2 * 0.4)  # 0.12: above epsilon, kept
+    code._update_batch(rows, np.full(n, 0.0), epoch=3)
+    assert (code.labels == 0).all()  # 0.096 < epsilon: written back as 0 (the sticky zero)
+    code._update_batch(rows, np.full(n, 0.4), epoch=3)
     assert (code.labels == 0).all()  # 0.2 * 0.4 < epsilon: zeroed again
+
+
+def test_batch_update_trains_the_last_frozen_epoch_on_the_old_labels():
+    from ncclean.models.matcher import build_matcher
+    from ncclean.train.losses import negative_mask
+
+    features, config, _ = tiny_features(n_images=4)
+    rows = np.arange(features.n_pairs)
+    model = build_matcher(config, seed=0).eval()  # eval: the same similarities every call
+    batch = features.batch(rows)
+    with torch.no_grad():
+        sims = model.batch_similarity(batch)
+        mask = negative_mask(batch.image_group, batch.text_group)
+        row, column = matching_probabilities(sims, mask, 0.05)
+        p_hat = ((row.diagonal() + column.diagonal()) / 2).numpy()
+    for epoch, trained_on in ((1, np.ones(len(rows))), (2, None)):
+        code = SelfRefine(features, CRCL(update="batch"), (4, 4), 2, "cpu")
+        if epoch == 2:
+            code.labels[:] = 0.5
+            trained_on = 0.8 * 0.5 + 0.2 * p_hat
+            trained_on = np.where(trained_on < 0.1, 0.0, trained_on)
+        with torch.no_grad():
+            loss = code.loss(model, (epoch, rows), epoch)
+            expected, _ = acl_loss(sims, mask, torch.as_tensor(trained_on, dtype=torch.float32),
+                                   0.05, 5.0)
+        assert torch.allclose(loss, expected)
+        if epoch == 1:
+            assert np.allclose(code.labels, p_hat)  # raw, even where under epsilon
 
 
 def test_posterior_target_moves_labels_towards_the_mixtures_clean_posterior():
@@ -160,7 +196,8 @@ def test_pool_measure_reads_p_hat_from_the_eval_mode_matcher_against_a_fixed_poo
         CRCL(measure="pool", update="batch").fit(features, context)
     with pytest.raises(BadOptionError):
         CRCL(measure="eval").fit(features, context)
-    result = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32, measure="pool"))
+    result = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=16, lr=3e-3,
+                               measure="pool"))
     assert result.report["measure"] == "pool"
 
 
@@ -183,6 +220,6 @@ def test_mean_rank_averages_each_updating_epochs_percentile_of_p_hat():
     assert np.array_equal(restored.mean_rank(), objective.mean_rank())
     with pytest.raises(BadOptionError):
         CRCL(score="final").fit(features, Context(matcher_config=config))
-    by_rank = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=32,
+    by_rank = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=16, lr=3e-3,
                                 score="mean-rank"))
     assert by_rank.report["score"] == "mean-rank"

@@ -1,5 +1,6 @@
 import numpy as np
 import pyarrow.parquet as pq
+import torch
 
 from ncclean import api
 from ncclean.evaluate.detection import detection_metrics
@@ -11,7 +12,7 @@ from ncclean.train.scoring import Embeddings
 
 
 def test_passes_the_conformance_suite():
-    result = check_method(SDD(epochs=1, warmup_epochs=1, batch_size=32))
+    result = check_method(SDD(epochs=2, warmup_epochs=6, batch_size=16, lr=3e-3, warmup_lr=3e-3))
     assert set(result.columns) == {"sdd_sim", "sdd_w_con", "sdd_w_sig"}
     assert set(np.unique(result.partition)) <= {"noisy", "vague", "clean_significant"}
     assert result.significance == "update"
@@ -60,3 +61,24 @@ def test_finds_injected_noise_and_writes_four_partitions(tmp_path):
     api.score(corpus, again, method="sdd", params=params, seed=0, cache_dir=False,
               significance_passes=1)
     assert pq.read_table(out).equals(pq.read_table(again))
+
+
+def test_training_loss_is_eq_12_with_eq_2s_infonce_not_halved():
+    from ncclean.methods.sdd import SelfDropDualWeight
+    from ncclean.models.matcher import build_matcher
+    from ncclean.train.losses import contrastive_ce, negative_mask
+
+    features, config, _ = tiny_features(n_images=10)
+    model = build_matcher(config, seed=0).eval()  # eval: the same similarities every call
+    objective = SelfDropDualWeight(features, SDD(alpha=-1e9, beta=-1e9), "cpu", 0)
+    objective.begin_epoch(model, 0)
+    pairs = np.arange(8)
+    loss = objective.loss(model, pairs, 0)
+    c = torch.as_tensor(objective.c[pairs], dtype=torch.float32)
+    w_sig = torch.where(c < 1, torch.tanh(c), torch.ones_like(c))
+    w_con = torch.as_tensor(objective.scores.w_con[pairs], dtype=torch.float32)
+    batch = features.batch(pairs)
+    with torch.no_grad():
+        i2t, t2i = contrastive_ce(model.batch_similarity(batch),
+                                  negative_mask(batch.image_group, batch.text_group), 0.05)
+    assert torch.allclose(loss.detach(), (w_con * w_sig * (i2t + t2i)).mean())

@@ -4,36 +4,9 @@ import pytest
 from ncclean.methods.base import Context
 from ncclean.methods.gmm import GMM
 from ncclean.models.features import Features
-from ncclean.stages.significance import (
-    SignificanceConfig,
-    confident_pool,
-    nearest_in_pool,
-    significance,
-    specificity,
-)
+from ncclean.stages.significance import SignificanceConfig, significance, specificity
 from ncclean.testing import tiny_features
 from ncclean.train.scoring import Embeddings
-
-
-def test_confident_pool_threshold_fallback_and_cap():
-    prob = np.linspace(0, 1, 101)
-    everyone = np.ones(101, bool)
-    assert confident_pool(prob, everyone, 0.9, 1000, 0).tolist() == list(range(90, 101))
-    few = confident_pool(prob, everyone, 1.5, 1000, 0)  # nobody passes: the top 10%
-    assert len(few) == 10 and few.min() == 91
-    assert len(confident_pool(prob, everyone, 0.0, 7, 0)) == 7
-
-
-def test_nearest_excludes_itself_and_its_image():
-    vectors = np.array([[1, 0], [0.99, 0.1], [0.98, 0.2], [0, 1]], dtype=np.float32)
-    image_group = np.array([0, 0, 1, 2])  # pairs 0 and 1 show the same image
-    nearest = nearest_in_pool(vectors, np.arange(4), np.arange(4), np.arange(4), image_group)
-    assert nearest.tolist() == [2, 2, 1, 2]
-    # The same through a table and an index: pairs 0 and 1 share table row 0.
-    table = vectors[[0, 2, 3]]
-    index = np.array([0, 0, 1, 2])
-    nearest = nearest_in_pool(table, index, np.arange(4), np.arange(4), image_group)
-    assert nearest.tolist() == [2, 2, 0, 2]
 
 
 def test_specificity_is_low_for_captions_that_fit_many_images():

@@ -104,3 +104,14 @@ def test_gradient_clipping_is_applied():
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), before))
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(),
                                                      unclipped.parameters()))
+
+
+def test_train_config_from_context_takes_the_run_and_the_methods_settings(tmp_path):
+    from ncclean.methods.base import Context
+
+    context = Context(seed=7, device="cpu", checkpoint_dir=tmp_path, resume=True)
+    config = TrainConfig.from_context(context, epochs=3, lr=1e-3)
+    assert (config.seed, config.device, config.checkpoint_dir, config.resume) == \
+        (7, "cpu", tmp_path, True)
+    assert (config.epochs, config.lr) == (3, 1e-3)
+    assert TrainConfig.from_context(context, epochs=1, seed=50, checkpoint_dir=None).seed == 50
