@@ -287,20 +287,16 @@ def embed(
     from ncclean.data.schema import resolve_columns
     from ncclean.embed import embed_pairs
     from ncclean.errors import BadOptionError
+    from ncclean.models.registry import embed_clip_spec, embeds_images
 
     if shard_rows < 1:
         raise BadOptionError(f"--shard-rows must be at least 1, got {shard_rows}")
     if image_emb_col == text_emb_col:
         raise BadOptionError("the image and text embedding columns need different names")
-    spec = None
-    if encoder == "clip":
-        from ncclean.models.openclip import ClipSpec
-
-        spec = ClipSpec(clip_model, clip_pretrained,
-                        str(clip_checkpoint) if clip_checkpoint else None).check()
+    spec = embed_clip_spec(encoder, clip_model, clip_pretrained, clip_checkpoint)
     source = open_pairs(input)
     resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,
-                               need_image=encoder == "clip")
+                               need_image=embeds_images(encoder))
     return embed_pairs(source, resolved, Path(output), encoder=encoder, clip_spec=spec,
                        half=half, layout=layout, image_col=image_emb_col,
                        text_col=text_emb_col, shard_rows=shard_rows,
@@ -391,7 +387,7 @@ def score(
     from ncclean.errors import BadOptionError
     from ncclean.methods.base import Context, make_method
     from ncclean.models.features import build_features, complete_config
-    from ncclean.models.resolve import matcher_config
+    from ncclean.models.resolve import matcher_config, pixel_size
     from ncclean.stages.partition import Cut, caption_counts, partition
     from ncclean.stages.significance import MODES
 
@@ -418,7 +414,7 @@ def score(
 
     corpus = read_corpus(
         input, columns, strict=strict,
-        image_size=config.image_size if config.image_tower == "pixels" else None,
+        image_size=pixel_size(config),
         max_image_pixels=max_pixels, cache_dir=cache, progress=progress)
     out = check_output_path(output, corpus.source)  # fail now, not after training
     if corpus.valid.sum() < 2:
@@ -772,12 +768,13 @@ def _saved_matcher_arm(saved, path: PathLike, test: PathLike, held_out, test_fea
     from ncclean.evaluate.retrain import evaluate
     from ncclean.models.checkpoint import read_meta
     from ncclean.models.features import build_features
+    from ncclean.models.resolve import pixel_size
 
     began = time.perf_counter()
     own = saved.config
     if own.to_dict() != config.to_dict():
-        if own.image_tower == "pixels" and own.image_size != config.image_size:
-            held_out = read_corpus(test, columns, image_size=own.image_size, cache_dir=cache,
+        if pixel_size(own) not in (None, pixel_size(config)):
+            held_out = read_corpus(test, columns, image_size=pixel_size(own), cache_dir=cache,
                                    progress=progress)
         test_features = build_features(held_out, own, cache_dir=cache, device=device,
                                        progress=progress)
@@ -837,7 +834,12 @@ def retrain(
     )
     from ncclean.models.features import build_features, complete_config
     from ncclean.models.matcher import MatcherConfig
-    from ncclean.models.resolve import override_towers, require_columns, scoring_columns
+    from ncclean.models.resolve import (
+        override_towers,
+        pixel_size,
+        require_columns,
+        scoring_columns,
+    )
     from ncclean.report.scored import open_scored
 
     if keep not in KEEPS:
@@ -873,7 +875,7 @@ def retrain(
         saved = load_matcher(matcher, device)
         require_columns(saved.config, columns)
 
-    size = config.image_size if config.image_tower == "pixels" else None
+    size = pixel_size(config)
     corpus = read_corpus(input, columns, image_size=size, cache_dir=cache, progress=progress)
     held_out = read_corpus(test, columns, image_size=size, cache_dir=cache, progress=progress)
     if held_out.valid.sum() < 2:

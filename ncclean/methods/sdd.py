@@ -207,7 +207,7 @@ class SDD(Method):
         if self.final not in ("mean", "last"):
             raise BadOptionError(f"final must be 'mean' or 'last', got {self.final!r}")
         config = context.matcher_config
-        if context.initial is not None or (config is not None and config.finetune == "full"):
+        if context.initial is not None or (config is not None and config.starts_pretrained):
             model, source = starting_matcher(context)
         else:
             model, _, source = warmed_matcher(features, context, self.warmup_epochs,
