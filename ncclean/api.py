@@ -285,9 +285,8 @@ def embed(
     from ncclean.data.images import DEFAULT_MAX_PIXELS
     from ncclean.data.parquet import open_pairs
     from ncclean.data.schema import resolve_columns
-    from ncclean.embed import embed_pairs
+    from ncclean.embed import embed_clip_spec, embed_pairs, embeds_images
     from ncclean.errors import BadOptionError
-    from ncclean.models.registry import embed_clip_spec, embeds_images
 
     if shard_rows < 1:
         raise BadOptionError(f"--shard-rows must be at least 1, got {shard_rows}")

@@ -53,13 +53,48 @@ from ncclean.data.parquet import (
 from ncclean.data.pool import image_pool
 from ncclean.data.schema import ResolvedColumns
 from ncclean.errors import BadOptionError, OutputError
-from ncclean.models.registry import EMBEDDERS
+from ncclean.models.registry import (
+    ClipImage,
+    ClipText,
+    E5Text,
+    ImagenetImage,
+    ImageTower,
+    TextTower,
+)
 from ncclean.progress import Progress, no_progress
 
-ENCODERS = tuple(EMBEDDERS)
 LAYOUTS = ("parquet", "clip-retrieval")
 PROBLEM_COL = "embed_problem"
 _IMAGE_CHUNK = 256
+
+
+# ``ncclean embed --encoder NAME``: the pretrained towers that embed images and captions
+# (``None``: that side is not embedded).
+EMBEDDERS: dict[str, tuple[type[ImageTower] | None, type[TextTower] | None]] = {
+    "clip": (ClipImage, ClipText),
+    "e5": (None, E5Text),
+    "imagenet": (ImagenetImage, None),
+}
+
+
+def embeds_images(encoder: str) -> bool:
+    """Whether ``ncclean embed --encoder encoder`` embeds images (so needs an image column)."""
+    return encoder in EMBEDDERS and EMBEDDERS[encoder][0] is not None
+
+
+def embed_clip_spec(encoder: str, model: str, pretrained: str | None,
+                    checkpoint: str | None):
+    """The checked :class:`ncclean.models.openclip.ClipSpec` for ``ncclean embed --encoder
+    encoder`` when that encoder needs CLIP weights, else ``None``."""
+    sides = [t for t in EMBEDDERS.get(encoder, ()) if t is not None]
+    if not any("clip-weights" in t.needs for t in sides):
+        return None
+    from ncclean.models.openclip import ClipSpec
+
+    return ClipSpec(model, pretrained, str(checkpoint) if checkpoint else None).check()
+
+
+ENCODERS = tuple(EMBEDDERS)
 
 
 @dataclass

@@ -384,32 +384,6 @@ def raw_source(config) -> str | None:
     return f"{image.describe()} and {text.describe()}"
 
 
-# ``ncclean embed --encoder NAME``: the pretrained towers that embed images and captions
-# (``None``: that side is not embedded).
-EMBEDDERS: dict[str, tuple[type[ImageTower] | None, type[TextTower] | None]] = {
-    "clip": (ClipImage, ClipText),
-    "e5": (None, E5Text),
-    "imagenet": (ImagenetImage, None),
-}
-
-
-def embeds_images(encoder: str) -> bool:
-    """Whether ``ncclean embed --encoder encoder`` embeds images (so needs an image column)."""
-    return encoder in EMBEDDERS and EMBEDDERS[encoder][0] is not None
-
-
-def embed_clip_spec(encoder: str, model: str, pretrained: str | None,
-                    checkpoint: str | None):
-    """The checked :class:`ncclean.models.openclip.ClipSpec` for ``ncclean embed --encoder
-    encoder`` when that encoder needs CLIP weights, else ``None``."""
-    sides = [t for t in EMBEDDERS.get(encoder, ()) if t is not None]
-    if not any("clip-weights" in t.needs for t in sides):
-        return None
-    from ncclean.models.openclip import ClipSpec
-
-    return ClipSpec(model, pretrained, str(checkpoint) if checkpoint else None).check()
-
-
 def clip_spec(config):
     """The checked :class:`ncclean.models.openclip.ClipSpec` of ``config``'s ``clip`` towers."""
     from ncclean.models.openclip import ClipSpec
