@@ -25,11 +25,15 @@ Nothing here imports torch at import time.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
 from ncclean.progress import Progress, no_progress
+
+if TYPE_CHECKING:
+    from ncclean.models.matcher import MatcherConfig
+    from ncclean.models.openclip import ClipSpec
 
 Modality = Literal["image", "text"]
 # What a tower can need: an embedding column, a vocabulary, CLIP weights, a weight package
@@ -49,7 +53,7 @@ class Tower:
     # directly (through a learned alignment where the widths differ) instead of training.
     compares_with: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, config):
+    def __init__(self, config: MatcherConfig):
         self.config = config
 
     @property
@@ -341,36 +345,37 @@ IMAGE_TOWERS = tuple(IMAGE_REGISTRY)
 TEXT_TOWERS = tuple(TEXT_REGISTRY)
 
 
-def image_tower(config) -> ImageTower:
+def image_tower(config: MatcherConfig) -> ImageTower:
     """The image tower of ``config``; ``ValueError`` for an unknown name."""
     if config.image_tower not in IMAGE_REGISTRY:
         raise ValueError(f"unknown image tower {config.image_tower!r}")
     return IMAGE_REGISTRY[config.image_tower](config)
 
 
-def text_tower(config) -> TextTower:
+def text_tower(config: MatcherConfig) -> TextTower:
     """The text tower of ``config``; ``ValueError`` for an unknown name."""
     if config.text_tower not in TEXT_REGISTRY:
         raise ValueError(f"unknown text tower {config.text_tower!r}")
     return TEXT_REGISTRY[config.text_tower](config)
 
 
-def towers(config) -> tuple[ImageTower, TextTower]:
+def towers(config: MatcherConfig) -> tuple[ImageTower, TextTower]:
+    """The image and text towers of ``config``."""
     return image_tower(config), text_tower(config)
 
 
-def needs(config, need: str) -> bool:
+def needs(config: MatcherConfig, need: str) -> bool:
     """Whether either tower of ``config`` needs ``need`` (a :data:`Need`)."""
     return any(need in t.needs for t in towers(config))
 
 
-def pixel_size(config) -> int | None:
+def pixel_size(config: MatcherConfig) -> int | None:
     """The side at which a corpus's images must be decoded for ``config``'s matcher before its
     features are built, or ``None`` when no decoded pixels are needed up front."""
     return image_tower(config).pixel_size()
 
 
-def raw_source(config) -> str | None:
+def raw_source(config: MatcherConfig | None) -> str | None:
     """When both towers of ``config`` are heads on fixed vectors that can be compared directly
     (two embedding columns, one frozen CLIP, ImageNet image features with e5 or column caption
     vectors), what those vectors are, in words; else ``None`` (also for ``config`` ``None``)."""
@@ -384,7 +389,7 @@ def raw_source(config) -> str | None:
     return f"{image.describe()} and {text.describe()}"
 
 
-def clip_spec(config):
+def clip_spec(config: MatcherConfig) -> ClipSpec:
     """The checked :class:`ncclean.models.openclip.ClipSpec` of ``config``'s ``clip`` towers."""
     from ncclean.models.openclip import ClipSpec
 
