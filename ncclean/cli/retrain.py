@@ -37,8 +37,9 @@ def retrain(
     = "constant",
     seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same numbers.")]
     = 0,
-    image_encoder: Annotated[Literal["auto", "pixels", "column", "clip"], typer.Option(
-        help="auto: the scoring run's; pixels, column or clip replace it (as in 'score').")]
+    image_encoder: Annotated[Literal["auto", "pixels", "column", "clip", "imagenet"], typer.Option(
+        help="auto: the scoring run's; pixels, column, clip or imagenet replace it (as in "
+        "'score').")]
     = "auto",
     text_encoder: Annotated[Literal["auto", "tokens", "e5", "column", "clip"], typer.Option(
         help="auto: the scoring run's; tokens, e5, column or clip replace it (as in 'score').")]

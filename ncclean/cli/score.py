@@ -33,9 +33,10 @@ def score(
     epochs: Annotated[int | None, typer.Option(
         min=1, help="Shortcut for -p epochs=N [default: the method's rule for the corpus "
         "size].", show_default=False)] = None,
-    image_encoder: Annotated[Literal["auto", "pixels", "column", "clip"], typer.Option(
+    image_encoder: Annotated[Literal["auto", "pixels", "column", "clip", "imagenet"], typer.Option(
         help="pixels: a CNN trained on the images; column: --image-emb-col vectors; clip: "
-        "frozen CLIP features (extra 'clip').")] = "auto",
+        "frozen CLIP features (extra 'clip'); imagenet: frozen EfficientNet-Lite0 features "
+        "(extra 'imagenet').")] = "auto",
     text_encoder: Annotated[Literal["auto", "tokens", "e5", "column", "clip"], typer.Option(
         help="tokens: a GRU over words; e5: frozen multilingual-e5-small (extra 'e5'); "
         "column: --text-emb-col vectors; clip: frozen CLIP features.")] = "auto",

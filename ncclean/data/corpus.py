@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -34,6 +33,7 @@ from ncclean.data.images import (
     quiet_decompression_warnings,
 )
 from ncclean.data.parquet import PairSource, open_pairs
+from ncclean.data.pool import image_pool
 from ncclean.data.schema import Columns, ResolvedColumns, resolve_columns
 from ncclean.errors import InvalidRowsError
 from ncclean.progress import Progress, no_progress
@@ -358,8 +358,7 @@ def map_images(corpus: Corpus, work: Callable[[bytes], T], label: str,
 
     done = 0
     progress(label, 0, corpus.n_images)
-    with quiet_decompression_warnings(), \
-            ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+    with quiet_decompression_warnings(), image_pool() as pool:
         for items in image_items(corpus):
             yield list(pool.map(run, items))
             done += len(items)

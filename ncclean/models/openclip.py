@@ -8,11 +8,8 @@ go through the model's own evaluation transform; captions through its own tokeni
 are unit length, float32, computed once per image group and per distinct caption, and cached by
 the model's identity and the inputs' content.
 
-open_clip needs torchvision. Where torchvision's compiled operators do not load against the
-installed torch (torchvision 0.28.0 with CPU torch 2.13.0: ``operator torchvision::nms does not
-exist``), :func:`import_open_clip` declares the two operators torchvision's Python code registers
-fakes for, ``nms`` and ``qnms``, and imports again; the transforms and open_clip then work
-(torchvision's own ``nms`` does not, and is not used). Where torchvision loads, it does nothing.
+open_clip needs torchvision, imported through :mod:`ncclean.models.guard` (torchvision's
+compiled operators do not load against the CPU build of torch here).
 """
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ import contextlib
 import logging
 import os
 import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -33,29 +28,16 @@ from ncclean.errors import BadOptionError, NcCleanError
 from ncclean.progress import Progress, no_progress
 
 _CHUNK = 64
-_schemas: Any = None  # the torch.library.Library holding the guard's schemas, kept alive
 
 
 def import_open_clip():
-    """The ``open_clip`` module, through the torchvision guard (module docstring)."""
-    global _schemas
+    """The ``open_clip`` module, through the torchvision guard (:mod:`ncclean.models.guard`)."""
+    from ncclean.models.guard import import_guarded
+
     try:
-        import open_clip
+        return import_guarded("open_clip")
     except ImportError:
         raise NcCleanError("CLIP encoders need open_clip: pip install 'ncclean[clip]'") from None
-    except RuntimeError as error:
-        if "torchvision::nms" not in str(error) or _schemas is not None:
-            raise
-        import torch
-
-        for name in [m for m in sys.modules if m.split(".")[0] in ("torchvision", "open_clip",
-                                                                   "timm")]:
-            del sys.modules[name]
-        _schemas = torch.library.Library("torchvision", "DEF")
-        for op in ("nms", "qnms"):
-            _schemas.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        import open_clip
-    return open_clip
 
 
 @dataclass(frozen=True)
@@ -128,6 +110,10 @@ class ClipEncoder:
         self.tokenizer = open_clip.get_tokenizer(name)
         self.dim = int(open_clip.get_model_config(name)["embed_dim"])
         self._torch = torch
+
+    @property
+    def identity(self) -> str:
+        return self.spec.identity()
 
     def prepare(self, data: bytes, max_pixels: int):
         """Encoded image -> the model's input tensor (runs on decoding threads)."""
@@ -211,37 +197,13 @@ def clip_image_vectors(corpus, spec: ClipSpec, *, max_pixels: int, device: str =
         -> np.ndarray:
     """``(n_images, dim) float32`` CLIP vectors of every image group of ``corpus``; rows of
     images that cannot be used are marked invalid (their vectors are zero)."""
-    from ncclean.data.corpus import group_digests, map_images, mark_image_problems
+    from ncclean.models.vectors import frozen_image_vectors
 
     spec = spec.check()
-    dim = clip_dim(spec)
-
-    def fill(out: np.ndarray) -> dict:
-        encoder = clip_encoder(spec, device)
-        problems: dict[int, str] = {}
-        for results in map_images(corpus, lambda data: encoder.prepare(data, max_pixels),
-                                  "encoding images (CLIP)", progress):
-            good = [(g, r) for g, r in results if not isinstance(r, str)]
-            problems.update((g, r) for g, r in results if isinstance(r, str))
-            for group, _ in results:
-                out[group] = 0.0
-            if good:
-                out[[g for g, _ in good]] = encoder.images([r for _, r in good])
-        return {"encoder": spec.identity(), "problems": problems}
-
-    shape = (corpus.n_images, dim)
-    if cache_dir is None:
-        vectors = np.empty(shape, dtype=np.float32)
-        problems = fill(vectors)["problems"]
-    else:
-        from ncclean.data.cache import cached_array, content_key
-
-        key = content_key(["clip-images", spec.identity(), str(max_pixels),
-                           *group_digests(corpus)])
-        vectors, meta = cached_array(Path(cache_dir) / "clip", key, shape, np.float32, fill)
-        problems = {int(group): reason for group, reason in meta["problems"].items()}
-    mark_image_problems(corpus, problems)
-    return vectors
+    return frozen_image_vectors(corpus, lambda: clip_encoder(spec, device), kind="clip",
+                                identity=spec.identity(), dim=clip_dim(spec),
+                                label="encoding images (CLIP)", max_pixels=max_pixels,
+                                cache_dir=cache_dir, progress=progress)
 
 
 def clip_text_vectors(texts: list[str], spec: ClipSpec, *, device: str = "cpu",

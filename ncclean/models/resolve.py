@@ -6,31 +6,44 @@ from __future__ import annotations
 import os
 
 from ncclean.data.schema import Columns
+from ncclean.models.registry import pixel_size
+
+__all__ = ["matcher_config", "override_towers", "pixel_size", "require_columns",
+           "scoring_columns"]
 
 PathLike = str | os.PathLike
 
 
+_EMB = {"image": ("image_emb", "--image-emb-col"), "text": ("text_emb", "--text-emb-col")}
+
+
+def _column_towers(config):
+    """The towers of ``config`` that read an embedding column, with that column's field name
+    in :class:`Columns` and its option."""
+    from ncclean.models.registry import towers
+
+    return [(t, *_EMB[t.modality]) for t in towers(config) if "column" in t.needs]
+
+
 def scoring_columns(config, columns: Columns, sidecar: dict) -> Columns:
     """``columns`` with the embedding columns the scoring run read (its sidecar's ``columns``)
-    filled in where a ``column`` tower needs one and none is named."""
+    filled in where a tower needs one and none is named."""
     from dataclasses import replace
 
     used = sidecar.get("columns") or {}
-    if config.image_tower == "column" and not columns.image_emb and used.get("image_emb"):
-        columns = replace(columns, image_emb=used["image_emb"])
-    if config.text_tower == "column" and not columns.text_emb and used.get("text_emb"):
-        columns = replace(columns, text_emb=used["text_emb"])
+    for _, field, _ in _column_towers(config):
+        if not getattr(columns, field) and used.get(field):
+            columns = replace(columns, **{field: used[field]})
     return columns
 
 
 def require_columns(config, columns: Columns) -> None:
-    """A ``column`` tower reads its vectors from a named column: say so when none is named."""
+    """A tower that reads its vectors from a named column: say so when none is named."""
     from ncclean.errors import BadOptionError
 
-    if config.image_tower == "column" and not columns.image_emb:
-        raise BadOptionError("the column image encoder needs --image-emb-col")
-    if config.text_tower == "column" and not columns.text_emb:
-        raise BadOptionError("the column text encoder needs --text-emb-col")
+    for tower, field, option in _column_towers(config):
+        if not getattr(columns, field):
+            raise BadOptionError(f"the {tower.name} {tower.modality} encoder needs {option}")
 
 
 def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embed_dim: int,
@@ -41,7 +54,8 @@ def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embe
     ``auto`` pick them where no embedding column is named."""
     from ncclean.errors import BadOptionError
     from ncclean.models.checkpoint import load_matcher as load_checkpoint
-    from ncclean.models.matcher import IMAGE_TOWERS, TEXT_TOWERS, MatcherConfig
+    from ncclean.models.matcher import MatcherConfig
+    from ncclean.models.registry import IMAGE_TOWERS, TEXT_TOWERS
 
     clip = {k: v for k, v in (clip or {}).items() if v is not None}
     has_clip = bool(clip.get("pretrained") or clip.get("checkpoint"))
@@ -67,7 +81,7 @@ def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embe
     if clip.get("finetune", "heads") != "heads" and load_matcher is None:
         if clip["finetune"] != "full":
             raise BadOptionError(f"--finetune must be heads or full, got {clip['finetune']!r}")
-        if (config.image_tower, config.text_tower) != ("clip", "clip"):
+        if not all("clip-weights" in t.needs for t in (config.image_spec, config.text_spec)):
             raise BadOptionError("--finetune full fine-tunes a whole CLIP: both encoders must be "
                                  "clip (give --clip-pretrained or --clip-checkpoint)")
         config.finetune = "full"
@@ -81,7 +95,7 @@ def override_towers(config, image_encoder: str, text_encoder: str):
     """``config`` (a scoring run's matcher) with the towers that are not ``auto`` replaced and
     what the replaced towers had learned from the corpus (vocabulary, vector widths) dropped."""
     from ncclean.errors import BadOptionError
-    from ncclean.models.matcher import IMAGE_TOWERS, TEXT_TOWERS
+    from ncclean.models.registry import IMAGE_TOWERS, TEXT_TOWERS
 
     if image_encoder not in ("auto", *IMAGE_TOWERS) or text_encoder not in ("auto", *TEXT_TOWERS):
         raise BadOptionError(f"encoders: image auto or one of {IMAGE_TOWERS}, text auto or one "
@@ -93,6 +107,7 @@ def override_towers(config, image_encoder: str, text_encoder: str):
     if config.uses_clip and not (config.clip_pretrained or config.clip_checkpoint):
         raise BadOptionError("the clip encoder needs CLIP weights, and the scoring run used none: "
                              "score with --clip-pretrained or --clip-checkpoint")
-    if config.finetune == "full" and (config.image_tower, config.text_tower) != ("clip", "clip"):
+    if config.finetune == "full" and not all("clip-weights" in t.needs
+                                             for t in (config.image_spec, config.text_spec)):
         config.finetune = "heads"
     return config

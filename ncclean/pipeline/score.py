@@ -46,8 +46,10 @@ def cache_path(cache_dir: PathLike | bool | None) -> Path | None:
 
 def decoded_size(config) -> int | None:
     """The side images are decoded to for ``config``'s image tower, ``None`` when it reads no
-    pixels."""
-    return config.image_size if config.image_tower == "pixels" else None
+    pixels (the tower registry's :func:`ncclean.models.resolve.pixel_size`)."""
+    from ncclean.models.resolve import pixel_size
+
+    return pixel_size(config)
 
 
 def score_corpus(input: PathLike, output: PathLike, method: str, params: dict | None,

