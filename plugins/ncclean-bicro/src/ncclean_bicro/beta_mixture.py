@@ -1,6 +1,6 @@
 """BiCro's division: a two-component Beta mixture on each pair's normalised loss.
 
-BiCro (Sec. 3.2) divides the pairs into clean and noisy like NCR, but fits a Beta mixture
+BiCro divides the pairs into clean and noisy like NCR, but fits a Beta mixture
 instead of a Gaussian one: losses live in [0, 1] after min-max normalisation, and a Beta
 density fits the skewed clean peak near 0 better than a Gaussian. The authors' code
 (``--fit_type bmm``) runs ten EM iterations from ``Beta(1, 2)`` and ``Beta(2, 1)`` with equal

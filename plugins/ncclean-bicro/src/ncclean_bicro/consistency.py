@@ -1,6 +1,6 @@
 """BiCro's soft correspondence label: bidirectional cross-modal similarity consistency.
 
-The idea (BiCro, Sec. 3.3): similar images should have similar captions, and vice versa. Take a
+The idea (BiCro's abstract): similar images should have similar captions, and vice versa. Take a
 set of *anchor* pairs that are surely clean. For a pair ``(I_i, T_i)``:
 
 - image to text: find the anchor ``a`` whose image is closest to ``I_i``; if the pair is
@@ -11,9 +11,10 @@ set of *anchor* pairs that are surely clean. For a pair ``(I_i, T_i)``:
 - text to image: the same from the anchor whose caption is closest to ``T_i``, ``rho_TI``;
 - the soft label is their mean, ``y_i = (rho_IT + rho_TI) / 2`` in [0, 1].
 
-The paper states the ratio on distances in the shared embedding space; the authors' code
-(``SIM_PAIR``/``SIM_SELE`` in ``model.py``, used by ``predict``) takes cosine similarities and the
-smaller-over-larger ratio, which is what we do. Cosines at or below zero count as ``1e-4``.
+The authors' code offers the ratio on Euclidean distances or on cosines; its ``predict``
+(``SIM_PAIR``/``SIM_SELE`` in ``model.py``), which labels the training batches, takes
+cosine similarities and the smaller-over-larger ratio, which is what we do. Cosines at or
+below zero count as ``1e-4``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 """``bicro``: BiCro (Yang et al., "BiCro: Noisy Correspondence Rectification for Multi-modality
 Data via Bi-directional Cross-modal Similarity Consistency", CVPR 2023).
 
-Training (Sec. 3.2-3.4; the authors' ``co_train.py`` and ``model.py``):
+The paper's full text was not available to this implementation; it follows the paper's abstract
+(soft labels from the consistency of image-image and text-text similarities, "similar images
+should have similar textual descriptions and vice versa") and the authors' public code
+(``co_train.py``, ``model.py`` of xu5zhao/BiCro), read, not copied. Equation numbers are
+therefore not cited; each step names the code it follows. Training:
 
 1. Two matchers A and B warm up on every pair with NCR's mean hinge loss.
 2. Every co-training epoch, each network's per-pair loss (min-max normalised) is fitted with a
