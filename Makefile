@@ -11,8 +11,8 @@ $(STAMP): pyproject.toml constraints.txt plugins/ncclean-bicro/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,clip,e5]"
-	$(BIN)/pip install --quiet --no-deps -e plugins/ncclean-bicro
 	touch $(STAMP)
+	$(BIN)/pip install --quiet --no-deps -e plugins/ncclean-bicro
 
 install: $(STAMP)
 
