@@ -20,7 +20,7 @@ Examples::
     python benchmarks/quality.py --noise 0.5 --retrain         # and retrain on what it kept
     python benchmarks/quality.py --noise 0.5 --retrain --retrain-seeds 0 1 2   # mean of three
 
-``--record`` appends the table, with the exact command, to ``benchmarks/RESULTS.md``.
+``--record`` appends the table, with the exact command, to ``benchmarks/journal.md``.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="method parameter KEY=VALUE, passed to ncclean score")
     parser.add_argument("--score-args", default="", help="more ncclean score arguments, quoted")
     parser.add_argument("--synth-images", type=int, default=500)
-    parser.add_argument("--record", action="store_true", help="append to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append to benchmarks/journal.md")
     parser.add_argument("--label", default="", help="a note for the recorded table")
     parser.add_argument("--retrain", action="store_true",
                         help="hold out a test split before the noise and report the Recall@K "
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     print(table)
     if args.record:
         shown = ["python", "benchmarks/quality.py", *(argv if argv is not None else sys.argv[1:])]
-        with open(HERE / "RESULTS.md", "a") as handle:
+        with open(HERE / "journal.md", "a") as handle:
             handle.write(f"\n```\n{shlex.join(a for a in shown if a != '--record')}\n```\n")
             handle.write(table + "\n")
 

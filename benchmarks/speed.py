@@ -13,7 +13,7 @@ Examples::
     python benchmarks/speed.py                                   # every method, 10k / 100k / 1M
     python benchmarks/speed.py --methods clip gmm --sizes 10000 100000
     python benchmarks/speed.py --largest pc2=100000 --largest crcl=100000
-    python benchmarks/speed.py --record                          # and write benchmarks/SPEED.md
+    python benchmarks/speed.py --record           # and write benchmarks/results/speed.md
 
 Corpora are cached under ``--work`` (default ``/tmp/ncclean-speed``) and reused by later runs.
 """
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--largest", action="append", default=[], metavar="METHOD=N",
                         help="skip METHOD above N pairs (repeatable)")
     parser.add_argument("--score-args", default="", help="more ncclean score arguments, quoted")
-    parser.add_argument("--record", action="store_true", help="write benchmarks/SPEED.md")
+    parser.add_argument("--record", action="store_true", help="write benchmarks/results/speed.md")
     parser.add_argument("--render", type=Path, metavar="LOG",
                         help="only render the table from a previous run's printed output")
     args = parser.parse_args(argv)
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         table = render(rows, ceiling, command)
         print(table)
         if args.record:
-            (HERE / "SPEED.md").write_text(table)
+            (HERE / "results" / "speed.md").write_text(table)
         return
 
     largest = {m: int(v) for m, v in (item.split("=") for item in args.largest)}
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     table = render(rows, ceiling, shlex.join(["python", "benchmarks/speed.py", *shown]))
     print(table)
     if args.record:
-        (HERE / "SPEED.md").write_text(table)
+        (HERE / "results" / "speed.md").write_text(table)
 
 
 def read_log(path: Path) -> tuple[float, list[dict], str]:
