@@ -20,7 +20,7 @@ so the final metrics are the same with or without it, and with the constant rate
 point at step ``s`` is what ``steps = s`` would give. :func:`late_slope` reads from the curve
 whether an arm was still improving when it stopped: on clip art at 50% noise every arm rose by
 5-20 rSum per 1,000 steps over the second half of 1,600 steps, and all but the ``weighted`` arms
-by under 5 over the second half of 3,200 (``benchmarks/RESULTS.md``), and a cleaned arm's
+by under 5 over the second half of 3,200 (``benchmarks/journal.md``), and a cleaned arm's
 advantage over the raw corpus shrank as they levelled off. ``schedule="cosine"`` decays the rate
 to 0 over the steps, which steadies the last readings but, at the same step budget, ends every
 arm lower; its curve flattens as the rate falls, so a small late slope means less with it.

@@ -17,7 +17,7 @@ With ``rare_clean_above``, pairs whose caption text occurs at most ``rare_count`
 the valid pairs are clean from that lower threshold (and noisy only below it, when it lies under
 ``noisy_below``). A cut for a training set, not for review: a retrained matcher lost most of what
 cleaning could give it through the rare-caption clean pairs the 0.8 cut drops. Measured on clip art
-at 50% noise, gmm with pretrained image and caption vectors (``benchmarks/RESULTS.md``, "Retraining
+at 50% noise, gmm with pretrained image and caption vectors (``benchmarks/journal.md``, "Retraining
 on both pretrained towers, and a lower threshold for rare captions"): giving back only the 167
 rare-caption clean pairs that cut dropped (no noisy pair) lifted the retrain above the truly
 clean pairs' own, the 168 dropped clean pairs with repeated captions gave nothing, and
