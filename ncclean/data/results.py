@@ -10,8 +10,11 @@ Columns added after the input's, in this order (DESIGN.md, "Data contract"):
 - the method's own columns, each prefixed by the method's name (``gmm_loss``, ``pc2_osc_kl``...).
 
 A column of the input with one of these names is replaced (re-scoring a scored file works). The
-sidecar ``<output>.json`` holds what the caller passes (method, parameters, seed, timings, mixture)
-plus the row count and partition counts computed here, so they always agree with the file.
+run record holds what the caller passes (method, parameters, seed, timings, mixture) plus the row
+count and partition counts computed here, so they always agree with the file. It is written into
+the Parquet file's own key-value metadata (key :data:`RECORD_KEY`), in the same write as the rows,
+so a file can never be paired with another run's record; ``<output>.json`` beside it is a copy
+for people and tools that read JSON (readers use the metadata; :mod:`ncclean.data.scored`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ncclean.data.corpus import Corpus
-from ncclean.data.parquet import sidecar_path, write_json, write_pairs
+from ncclean.data.parquet import json_text, sidecar_path, write_json, write_pairs
 from ncclean.data.schema import INVALID_REASON
 
 CLEAN_SIGNIFICANT = "clean_significant"
@@ -37,6 +40,8 @@ PARTITIONS: tuple[str, ...] = (CLEAN_SIGNIFICANT, CLEAN_INSIGNIFICANT, VAGUE, NO
 """Every partition name, in contract order; use these constants, not the strings."""
 CLEAN: tuple[str, ...] = (CLEAN_SIGNIFICANT, CLEAN_INSIGNIFICANT)
 """The two clean partitions."""
+RECORD_KEY = "ncclean"
+"""The key of the run record in a scored Parquet file's key-value metadata (JSON text)."""
 CONTRACT_COLUMNS: tuple[str, ...] = ("clean_prob", "partition", "significance", "pseudo_caption",
                                      "pseudo_caption_id", "pseudo_caption_score", INVALID_REASON)
 
@@ -157,16 +162,26 @@ def partition_counts(partition: pa.Array | np.ndarray) -> dict[str, int]:
 
 def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResults,
                   sidecar: Mapping) -> Path:
-    """Write ``corpus`` with ``results`` to ``output`` and the sidecar beside it, atomically.
+    """Write ``corpus`` with ``results`` to ``output``, the run record (``sidecar`` plus the
+    counts) in its metadata, in one atomic write; then the record's JSON copy beside it. When
+    the copy cannot be written, no copy stays (an older run's would disagree) and the error is
+    raised.
 
     Returns the output path. Every input row appears exactly once, in input order.
     """
     columns = result_columns(corpus, results)
-    out = write_pairs(corpus.source, output, columns)
-    write_json(sidecar_path(out), {
+    record = {
         **sidecar,
         "n_rows": corpus.n_pairs,
         "partition_counts": partition_counts(columns["partition"]),
         "invalid_counts": corpus.invalid_counts(),
-    })
+    }
+    out = write_pairs(corpus.source, output, columns,
+                      metadata={RECORD_KEY: json_text(record, indent=None)})
+    copy = sidecar_path(out)
+    try:
+        write_json(copy, record)
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
     return out

@@ -1,5 +1,10 @@
 """Reading a scored file back (the reader of the contract :mod:`ncclean.data.results` writes): its
-partitions and scores, its sidecar, and a few chosen rows.
+partitions and scores, its run record, and a few chosen rows.
+
+The run record is read from the file's own metadata, where :func:`ncclean.data.results.
+write_results` writes it with the rows; the ``.json`` copy beside the file is read only for files
+written before the record moved into the metadata, and ignored when the metadata has one (a copy
+left by another run must never be paired with these rows).
 
 Only the small per-row columns (``partition``, ``clean_prob``, ``noisy_gt``) are held for the whole
 corpus; captions and images are streamed and only the rows a report shows are kept.
@@ -16,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ncclean.data.parquet import PairSource, open_pairs, sidecar_path
-from ncclean.data.results import INVALID, PARTITIONS
+from ncclean.data.results import INVALID, PARTITIONS, RECORD_KEY
 from ncclean.data.schema import NOISY_GT
 from ncclean.errors import SchemaError
 
@@ -25,7 +30,8 @@ from ncclean.errors import SchemaError
 class Scored:
     """A scored file: ``partition`` as codes into :data:`PARTITIONS` (``(n,) int8``),
     ``clean_prob`` (``(n,) float32``, NaN for invalid rows), ``noisy_gt`` when the corpus had
-    injected noise, and the scoring run's sidecar (``{}`` when it is missing)."""
+    injected noise, and the scoring run's record (``sidecar``, :func:`run_record`; ``{}`` when
+    there is none)."""
 
     source: PairSource
     partition: np.ndarray
@@ -59,6 +65,10 @@ def open_scored(path: str | Path) -> Scored:
                           "run 'ncclean score' on it first")
     columns = ["partition", "clean_prob"] + ([NOISY_GT] if NOISY_GT in source.schema.names
                                              else [])
+    kind = source.schema.field("clean_prob").type
+    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_null(kind)):
+        raise SchemaError(f"{path}: clean_prob holds {kind}, not numbers; is it a file written "
+                          "by 'ncclean score'?")
     table = source.read_columns(columns)
     names = table.column("partition").to_pylist()
     unknown = sorted({n for n in names if n not in PARTITIONS}, key=str)
@@ -71,14 +81,29 @@ def open_scored(path: str | Path) -> Scored:
     noisy_gt = None
     if NOISY_GT in table.column_names:
         noisy_gt = np.array(table.column(NOISY_GT).to_pylist(), dtype=bool)
-    sidecar: dict = {}
+    sidecar = run_record(source)
+    return Scored(source, partition, clean_prob, noisy_gt, sidecar)
+
+
+def run_record(source: PairSource) -> dict:
+    """The scoring run's record of ``source``: from its first file's metadata (key
+    :data:`RECORD_KEY`), else, for older files, the ``.json`` sidecar beside a single file;
+    ``{}`` when there is neither or it is unreadable."""
+    metadata = source.schema.metadata or {}
+    if RECORD_KEY.encode() in metadata:
+        try:
+            record = json.loads(metadata[RECORD_KEY.encode()])
+            return record if isinstance(record, dict) else {}
+        except ValueError:
+            return {}
     side = sidecar_path(source.path) if source.path.is_file() else None
     if side is not None and side.exists():
         try:
-            sidecar = json.loads(side.read_text())
+            record = json.loads(side.read_text())
+            return record if isinstance(record, dict) else {}
         except (OSError, ValueError):
-            sidecar = {}
-    return Scored(source, partition, clean_prob, noisy_gt, sidecar)
+            return {}
+    return {}
 
 
 def fetch_rows(source: PairSource, rows: Iterable[int], columns: list[str]) -> dict[int, dict]:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ncclean.data.parquet import BATCH_ROWS, PairSource, atomic_path
+from ncclean.data.parquet import BATCH_ROWS, PairSource, atomic_path, make_folder, probe_writable
 from ncclean.data.results import PARTITIONS
 from ncclean.errors import OutputError
 
@@ -25,11 +25,9 @@ def split_by_partition(source: PairSource, out_dir: Path) -> dict[str, Path]:
                                                           *out_dir.resolve().parents):
         raise OutputError(f"{out_dir} lies inside the input folder {source.path}; write it "
                           "elsewhere")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise OutputError(f"cannot create {out_dir}: {error}") from None
+    make_folder(out_dir)
     paths = {name: out_dir / f"{name}.parquet" for name in PARTITIONS}
+    probe_writable(paths[PARTITIONS[0]])
     schema = source.schema
     with contextlib.ExitStack() as stack:
         writers = {}
