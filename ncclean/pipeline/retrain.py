@@ -89,6 +89,9 @@ def _read(path: PathLike, what: str, columns: Columns, **kwargs):
         return read_corpus(path, columns, **kwargs)
     except SchemaError as error:
         said = str(error)
+        if what == "test file":  # point at the test file's own options
+            for name in ("caption-col", "image-col", "image-emb-col", "text-emb-col"):
+                said = said.replace(f" --{name}", f" --test-{name}")
         raise SchemaError(said if said.startswith(str(path)) else f"{what} {path}: {said}") \
             from None
 

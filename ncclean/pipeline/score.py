@@ -80,6 +80,17 @@ def resume_warning(run: RunOptions) -> str | None:
     return f"--resume: no checkpoint in {folder}; starting from scratch"
 
 
+def check_learning_rates(method: str, params: dict) -> None:
+    """Every learning rate (a parameter ``lr`` or ``*_lr``) must be a positive number: the
+    optimiser's own refusal comes only after the images are read, and reads like a bug."""
+    from ncclean.errors import BadOptionError
+
+    for name, value in params.items():
+        if (name == "lr" or name.endswith("_lr")) and isinstance(value, int | float) \
+                and not value > 0:
+            raise BadOptionError(f"method {method!r}: -p {name} must be > 0, got {value}")
+
+
 CHECKPOINT_STATE = "training-state.safetensors"
 """The name :mod:`ncclean.train.loop` saves a training state under (with a ``.json``)."""
 
@@ -114,6 +125,7 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
     seconds: dict[str, float] = {}
     began = time.perf_counter()
     chosen = make_method(method, params)
+    check_learning_rates(method, chosen.params())
     cache = cache_path(run.cache_dir)
     config, initial = matcher_config(
         columns, matcher.image_encoder, matcher.text_encoder, matcher.embed_dim,
