@@ -29,25 +29,26 @@ class Terminated(KeyboardInterrupt):
 _SIGNALLED: list[int] = []
 
 
-def _on_sigterm(signum, frame) -> None:
+def _on_signal(signum, frame) -> None:
     _SIGNALLED.append(signum)
-    raise Terminated()
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     words = _debug_first(words)
-    _wide_help()
-    previous = None
+    if not words or "-h" in words or "--help" in words:
+        _wide_help()
+    previous = {}
     _SIGNALLED.clear()
     if _main_thread():
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _run(words)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run(words: list[str]) -> int:
@@ -65,6 +66,8 @@ def _run(words: list[str]) -> int:
     state.debug = "--debug" in words[:1]
     try:
         result = app(args=words, prog_name="ncclean", standalone_mode=False)
+        if _SIGNALLED:  # typer turns an interrupt into a return value of 130
+            raise KeyboardInterrupt
         forget_created_folders()
         return result if isinstance(result, int) else EXIT_OK
     except NcCleanError as error:
@@ -82,8 +85,8 @@ def _run(words: list[str]) -> int:
         remove_created_folders()
         command = _command_of(words)
         error_line(f"interrupted: {command} wrote nothing; partial files removed")
-        # click turns the interrupt into Abort; the handler noted which signal it was
-        return 128 + signal.SIGTERM if _SIGNALLED else 130
+        # typer swallows the interrupt's type; the handler noted which signal it was
+        return 128 + signal.SIGTERM if signal.SIGTERM in _SIGNALLED else 130
     except OSError as error:
         remove_created_folders()
         if state.debug:

@@ -71,12 +71,12 @@ class PairSource:
             # pre_buffer (pyarrow's default) fetches every row group's column chunks ahead of
             # the reader: memory then grows with the file (2 GB for a million 512-d float16 pairs
             # instead of 0.1 GB). Buffered reads keep it at about one row group.
-            reader = pq.ParquetFile(shard.path, pre_buffer=False, buffer_size=1 << 22)
-            for batch in reader.iter_batches(
-                batch_size=batch_rows, columns=columns, use_threads=True
-            ):
-                yield shard, offset, batch
-                offset += batch.num_rows
+            with pq.ParquetFile(shard.path, pre_buffer=False, buffer_size=1 << 22) as reader:
+                for batch in reader.iter_batches(
+                    batch_size=batch_rows, columns=columns, use_threads=True
+                ):
+                    yield shard, offset, batch
+                    offset += batch.num_rows
 
     def read_columns(self, columns: list[str]) -> pa.Table:
         """Read whole columns of every shard into one table (use for small columns only)."""
@@ -115,10 +115,10 @@ def open_pairs(path: str | os.PathLike) -> PairSource:
     first_row = 0
     for file in files:
         try:
-            meta = pq.ParquetFile(file)
+            with pq.ParquetFile(file) as meta:  # closed at once: only the footer is needed
+                file_schema, n_rows = meta.schema_arrow, meta.metadata.num_rows
         except (pa.ArrowInvalid, OSError) as error:
             raise NotParquetError(f"{file}: not a readable Parquet file ({error})") from None
-        file_schema = meta.schema_arrow
         if schema is None:
             schema = file_schema
         elif not file_schema.equals(schema, check_metadata=False):
@@ -126,8 +126,8 @@ def open_pairs(path: str | os.PathLike) -> PairSource:
                 f"shard {file} has columns {_describe(file_schema)}, "
                 f"but {files[0]} has {_describe(schema)}; all shards must share one schema"
             )
-        shards.append(Shard(file, meta.metadata.num_rows, first_row))
-        first_row += meta.metadata.num_rows
+        shards.append(Shard(file, n_rows, first_row))
+        first_row += n_rows
     assert schema is not None
     if first_row == 0:
         raise EmptyInputError(f"{path}: no rows")

@@ -19,6 +19,7 @@ for people and tools that read JSON (readers use the metadata; :mod:`ncclean.dat
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -160,10 +161,26 @@ def partition_counts(partition: pa.Array | np.ndarray) -> dict[str, int]:
     return {name: values.count(name) for name in PARTITIONS}
 
 
+def stable_record(record: Mapping) -> dict:
+    """``record`` without its timings (every key ``seconds`` or ``*_seconds``, at any depth): what
+    goes into the Parquet file, so that the same seed still writes the same bytes. The JSON copy
+    keeps them."""
+    def strip(value):
+        if isinstance(value, Mapping):
+            return {k: strip(v) for k, v in value.items()
+                    if not (isinstance(k, str) and (k == "seconds" or k.endswith("_seconds")))}
+        if isinstance(value, list | tuple):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(json.loads(json_text(record, indent=None)))
+
+
 def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResults,
                   sidecar: Mapping) -> Path:
     """Write ``corpus`` with ``results`` to ``output``, the run record (``sidecar`` plus the
-    counts) in its metadata, in one atomic write; then the record's JSON copy beside it. When
+    counts, :func:`stable_record`) in its metadata, in one atomic write; then the record's JSON
+    copy beside it, timings included. When
     the copy cannot be written, no copy stays (an older run's would disagree) and the error is
     raised.
 
@@ -177,7 +194,7 @@ def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResult
         "invalid_counts": corpus.invalid_counts(),
     }
     out = write_pairs(corpus.source, output, columns,
-                      metadata={RECORD_KEY: json_text(record, indent=None)})
+                      metadata={RECORD_KEY: json_text(stable_record(record), indent=None)})
     copy = sidecar_path(out)
     try:
         write_json(copy, record)

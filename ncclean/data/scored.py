@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ncclean.data.parquet import PairSource, open_pairs, sidecar_path
-from ncclean.data.results import INVALID, PARTITIONS, RECORD_KEY
+from ncclean.data.results import INVALID, PARTITIONS, RECORD_KEY, stable_record
 from ncclean.data.schema import NOISY_GT
 from ncclean.errors import SchemaError
 
@@ -87,23 +87,28 @@ def open_scored(path: str | Path) -> Scored:
 
 def run_record(source: PairSource) -> dict:
     """The scoring run's record of ``source``: from its first file's metadata (key
-    :data:`RECORD_KEY`), else, for older files, the ``.json`` sidecar beside a single file;
-    ``{}`` when there is neither or it is unreadable."""
-    metadata = source.schema.metadata or {}
-    if RECORD_KEY.encode() in metadata:
-        try:
-            record = json.loads(metadata[RECORD_KEY.encode()])
-            return record if isinstance(record, dict) else {}
-        except ValueError:
-            return {}
+    :data:`RECORD_KEY`), with the timings of the ``.json`` copy beside it when that copy is the
+    same record; for older files (no record inside) the copy; ``{}`` when there is neither or it
+    is unreadable."""
+    copy: dict | None = None
     side = sidecar_path(source.path) if source.path.is_file() else None
     if side is not None and side.exists():
         try:
-            record = json.loads(side.read_text())
-            return record if isinstance(record, dict) else {}
+            copy = json.loads(side.read_text())
         except (OSError, ValueError):
-            return {}
-    return {}
+            copy = None
+        copy = copy if isinstance(copy, dict) else None
+    metadata = source.schema.metadata or {}
+    if RECORD_KEY.encode() not in metadata:
+        return copy or {}
+    try:
+        record = json.loads(metadata[RECORD_KEY.encode()])
+    except ValueError:
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    # the copy adds the timings; it is used only when it is this very record
+    return copy if copy is not None and stable_record(copy) == record else record
 
 
 def fetch_rows(source: PairSource, rows: Iterable[int], columns: list[str]) -> dict[int, dict]:

@@ -86,8 +86,12 @@ def test_a_bug_is_exit_3_with_one_line_and_the_traceback_only_under_debug(capsys
 
 
 def test_debug_is_accepted_after_the_command(capsys, tmp_path):
-    code, _, err = run(capsys, "check", tmp_path / "missing.parquet", "--debug")
-    assert code == 2 and "no such file" in err and "No such option" not in err
+    from ncclean.errors import InputNotFoundError
+
+    with pytest.raises(InputNotFoundError):  # --debug shows the traceback: the error is raised
+        main(["check", str(tmp_path / "missing.parquet"), "--debug"])
+    code, _, err = run(capsys, "check", tmp_path / "missing.parquet")
+    assert code == 2 and "no such file" in err
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -194,7 +198,7 @@ def test_a_users_day_score_split_retrain_check(capsys, tmp_path, monkeypatch):
     """In an empty folder holding only pairs.parquet, the four commands exactly as typed."""
     monkeypatch.chdir(tmp_path)
     api.synth(tmp_path / "pairs.parquet", n_images=20, captions_per_image=3, seed=0)
-    (tmp_path / "pairs.parquet.json").unlink()
+    (tmp_path / "pairs.parquet.json").unlink(missing_ok=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.parquet"]
 
     code, out, err = run(capsys, "score", "pairs.parquet", "--method", "pc2",
