@@ -37,6 +37,9 @@ from ncclean.errors import (
 )
 
 BATCH_ROWS = 8192
+RECORD_KEY = "ncclean"
+"""The key of a scoring run's record in a Parquet file's key-value metadata (JSON text); a file
+written from another keeps everything of its metadata but this (it is not that run's output)."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,13 @@ def write_table(dest: str | os.PathLike, table: pa.Table) -> None:
                        write_statistics=dictionary_columns(table.schema))
 
 
+def without_record(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without a scoring run's record in its metadata (:data:`RECORD_KEY`)."""
+    metadata = dict(schema.metadata or {})
+    metadata.pop(RECORD_KEY.encode(), None)
+    return schema.with_metadata(metadata) if metadata else schema.remove_metadata()
+
+
 Compute = Callable[[Shard, int, pa.RecordBatch], Mapping[str, pa.Array]]
 
 
@@ -249,7 +259,7 @@ def write_pairs(
     appended = [name for name in new_fields if name not in source.schema.names]
     fields = [new_fields.get(field.name, field) for field in source.schema]
     fields += [new_fields[name] for name in appended]
-    kept = dict(source.schema.metadata or {})
+    kept = without_record(source.schema).metadata or {}
     kept.update({key.encode(): value.encode() for key, value in (metadata or {}).items()})
     schema = pa.schema(fields, metadata=kept or None)
 

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from ncclean.data.corpus import Corpus
-from ncclean.data.parquet import json_text, sidecar_path, write_json, write_pairs
+from ncclean.data.parquet import RECORD_KEY, json_text, sidecar_path, write_json, write_pairs
 from ncclean.data.schema import INVALID_REASON
 
 CLEAN_SIGNIFICANT = "clean_significant"
@@ -41,8 +41,6 @@ PARTITIONS: tuple[str, ...] = (CLEAN_SIGNIFICANT, CLEAN_INSIGNIFICANT, VAGUE, NO
 """Every partition name, in contract order; use these constants, not the strings."""
 CLEAN: tuple[str, ...] = (CLEAN_SIGNIFICANT, CLEAN_INSIGNIFICANT)
 """The two clean partitions."""
-RECORD_KEY = "ncclean"
-"""The key of the run record in a scored Parquet file's key-value metadata (JSON text)."""
 CONTRACT_COLUMNS: tuple[str, ...] = ("clean_prob", "partition", "significance", "pseudo_caption",
                                      "pseudo_caption_id", "pseudo_caption_score", INVALID_REASON)
 

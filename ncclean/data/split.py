@@ -9,7 +9,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ncclean.data.parquet import BATCH_ROWS, PairSource, atomic_path, make_folder, probe_writable
+from ncclean.data.parquet import (
+    BATCH_ROWS,
+    PairSource,
+    atomic_path,
+    make_folder,
+    probe_writable,
+    without_record,
+)
 from ncclean.data.results import PARTITIONS
 from ncclean.errors import OutputError
 
@@ -28,7 +35,7 @@ def split_by_partition(source: PairSource, out_dir: Path) -> dict[str, Path]:
     make_folder(out_dir)
     paths = {name: out_dir / f"{name}.parquet" for name in PARTITIONS}
     probe_writable(paths[PARTITIONS[0]])
-    schema = source.schema
+    schema = without_record(source.schema)  # a part is not the scoring run's output
     with contextlib.ExitStack() as stack:
         writers = {}
         for name, path in paths.items():
@@ -36,7 +43,7 @@ def split_by_partition(source: PairSource, out_dir: Path) -> dict[str, Path]:
             writers[name] = stack.enter_context(pq.ParquetWriter(tmp, schema,
                                                                  compression="zstd"))
         for _, _, batch in source.iter_batches(None, BATCH_ROWS):
-            table = pa.Table.from_batches([batch], schema=schema)
+            table = pa.Table.from_batches([batch]).replace_schema_metadata(schema.metadata)
             partition = table.column("partition")
             for name, writer in writers.items():
                 part = table.filter(pc.equal(partition, name))

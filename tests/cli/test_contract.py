@@ -210,6 +210,8 @@ def test_a_users_day_score_split_retrain_check(capsys, tmp_path, monkeypatch):
     assert code == 0, err
     assert "split: reading pairs.scored.parquet" in out
     assert "into pairs.scored.split/" in out and "summary: pairs.scored.split/summary.json" in out
+    part = pq.read_schema(tmp_path / "pairs.scored.split" / "noisy.parquet")
+    assert b"ncclean" not in (part.metadata or {})  # a part is not the scoring run's output
     code, out, err = run(capsys, "retrain", "--steps", 8)
     assert code == 0, err
     assert "retrain: reading pairs.scored.parquet" in out

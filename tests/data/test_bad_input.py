@@ -145,8 +145,11 @@ def foreign_default_output(folder: Path) -> Path:
 def scored_with_foreign_test(folder: Path) -> Path:
     """A scored embedding corpus, and test.parquet naming its caption column 'text'."""
     path = embeddings("plain")(folder)
-    api.score(path, folder / "scored.parquet", "clip", image_emb_col="img", text_emb_col="txt",
-              cache_dir=False, image_encoder="column", text_encoder="column")
+    from ncclean.data.schema import Columns
+
+    api.score(path, folder / "scored.parquet", "clip", columns=Columns(image_emb="img",
+                                                                      text_emb="txt"),
+              cache_dir=False)
     table = pq.read_table(path)
     pq.write_table(table.rename_columns(["text", "img", "txt"]), folder / "test.parquet")
     return folder / "scored.parquet"

@@ -216,3 +216,12 @@ def test_write_pairs_adds_key_value_metadata(tmp_path):
     out = write_pairs(open_pairs(tmp_path / "in.parquet"), tmp_path / "out.parquet", {},
                       metadata={"ncclean": '{"run": 1}'})
     assert pq.read_schema(out).metadata[b"ncclean"] == b'{"run": 1}'
+
+
+def test_a_file_written_from_a_scored_one_does_not_inherit_its_run_record(tmp_path):
+    from ncclean.data.parquet import RECORD_KEY
+
+    table = _table(3).replace_schema_metadata({RECORD_KEY: '{"run": 1}', "other": "kept"})
+    pq.write_table(table, tmp_path / "scored.parquet")
+    out = write_pairs(open_pairs(tmp_path / "scored.parquet"), tmp_path / "noisy.parquet", {})
+    assert pq.read_schema(out).metadata == {b"other": b"kept"}
