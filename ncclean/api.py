@@ -122,12 +122,14 @@ def score(
     Any field of these groups may also be given as a keyword (``seed=3``, ``clean_above=0.5``,
     ``image_encoder="column"``): it replaces that field of its group.
     """
-    from ncclean.device import resolve_device
     from ncclean.options import fold_keywords
-    from ncclean.pipeline.score import score_corpus
+    from ncclean.pipeline.score import prepare_output, score_corpus
 
     groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
                            keywords)
+    output = prepare_output(input, output)  # a bad output fails before torch is imported
+    from ncclean.device import resolve_device
+
     run = groups["run"]
     device = resolve_device(run.device)
     return score_corpus(input, output, method, params, columns, groups["matcher"], groups["cut"],

@@ -95,6 +95,23 @@ CHECKPOINT_STATE = "training-state.safetensors"
 """The name :mod:`ncclean.train.loop` saves a training state under (with a ``.json``)."""
 
 
+def prepare_output(input: PathLike, output: PathLike | None) -> Path:
+    """The output path (``None``: :func:`default_output`, refused when a file there was not
+    written by ``score``), checked against the input and probed for writing
+    (:func:`ncclean.data.parquet.check_output_path`): an error in the first second of a run, not
+    after it."""
+    from ncclean.data.parquet import check_output_path, open_pairs
+    from ncclean.errors import OutputError
+
+    source = open_pairs(input)
+    if output is None:
+        output = default_output(input)
+        if Path(output).exists() and not written_by_score(output):
+            raise OutputError(f"{output} exists and was not written by 'ncclean score'; give "
+                              "-o to write elsewhere, or remove it")
+    return check_output_path(output, source)
+
+
 def decoded_size(config) -> int | None:
     """The side images are decoded to for ``config``'s image tower, ``None`` when it reads no
     pixels."""
@@ -110,12 +127,12 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
     (:func:`ncclean.device.resolve_device`). Checks what it can before any work: the method and
     its ``params``, the encoders, that the output can be written (before the images are read),
     that two pairs are usable."""
+    out = prepare_output(input, output)  # first: before torch is even imported
     import numpy as np
 
     from ncclean.data.corpus import read_corpus
     from ncclean.data.images import DEFAULT_MAX_PIXELS
-    from ncclean.data.parquet import check_output_path, open_pairs
-    from ncclean.errors import BadOptionError, OutputError
+    from ncclean.errors import BadOptionError
     from ncclean.methods.base import Context, make_method
     from ncclean.models.features import build_features, complete_config
     from ncclean.models.resolve import matcher_config
@@ -131,12 +148,6 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
         columns, matcher.image_encoder, matcher.text_encoder, matcher.embed_dim,
         matcher.image_size, matcher.load_matcher, device, matcher.clip())
     max_pixels = run.max_image_pixels or DEFAULT_MAX_PIXELS
-    if output is None:
-        output = default_output(input)
-        if Path(output).exists() and not written_by_score(output):
-            raise OutputError(f"{output} exists and was not written by 'ncclean score'; give "
-                              "-o to write elsewhere, or remove it")
-    out = check_output_path(output, open_pairs(input))  # fail now, not after reading or training
     warnings = [w for w in [resume_warning(run)] if w]
 
     corpus = read_corpus(input, columns, strict=run.strict, image_size=decoded_size(config),
