@@ -93,7 +93,7 @@ def inspect(input: PathLike, columns: Columns = Columns(), *, strict: bool = Fal
 
 def score(
     input: PathLike,
-    output: PathLike,
+    output: PathLike | None = None,
     method: str = "gmm",
     params: dict | None = None,
     *,
@@ -106,7 +106,9 @@ def score(
     **keywords: Any,
 ) -> ScoreSummary:
     """Score every pair of ``input`` with ``method`` (its parameters ``params``, see ``ncclean
-    methods``) and write the output contract to ``output`` (plus ``<output>.json``).
+    methods``) and write the output contract to ``output`` (plus ``<output>.json``); ``None``:
+    ``<input stem>.scored.parquet`` beside the input, never over a file ``score`` did not write
+    (:func:`ncclean.pipeline.score.default_output`).
 
     The options come in four groups (:mod:`ncclean.options`): ``matcher``
     (:class:`MatcherOptions`: encoders, sizes, CLIP weights, a loaded matcher), ``cut``
@@ -120,12 +122,14 @@ def score(
     Any field of these groups may also be given as a keyword (``seed=3``, ``clean_above=0.5``,
     ``image_encoder="column"``): it replaces that field of its group.
     """
-    from ncclean.device import resolve_device
     from ncclean.options import fold_keywords
-    from ncclean.pipeline.score import score_corpus
+    from ncclean.pipeline.score import prepare_output, score_corpus
 
     groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
                            keywords)
+    output = prepare_output(input, output)  # a bad output fails before torch is imported
+    from ncclean.device import resolve_device
+
     run = groups["run"]
     device = resolve_device(run.device)
     return score_corpus(input, output, method, params, columns, groups["matcher"], groups["cut"],
@@ -181,13 +185,13 @@ def embed(
                        max_pixels=max_image_pixels or DEFAULT_MAX_PIXELS, progress=progress)
 
 
-def split(input: PathLike, out_dir: PathLike, *, html: PathLike | None = None,
+def split(input: PathLike, out_dir: PathLike | None = None, *, html: PathLike | None = None,
           image_col: str = "image", caption_col: str = "caption", per_partition: int = 40,
           top: int = 10, seed: int = 0) -> SplitSummary:
     """Split a scored file into ``out_dir/<partition>.parquet`` (every partition, ``invalid``
-    included) and write ``out_dir/summary.json``; with ``html``, also the HTML report
-    (:mod:`ncclean.report.html`). The files' row counts are read back and must add up to the
-    input's."""
+    included) and write ``out_dir/summary.json`` (``None``: ``<input stem>.split/`` beside the
+    input); with ``html``, also the HTML report (:mod:`ncclean.report.html`). The files' row
+    counts are read back and must add up to the input's."""
     from ncclean.pipeline.split import split_scored
 
     return split_scored(input, out_dir, html=html, image_col=image_col, caption_col=caption_col,
@@ -201,7 +205,8 @@ def check(input: PathLike, *, max_noisy: float | None = None, max_vague: float |
     the noisy (or vague) share of valid pairs, or the invalid share of rows, exceeds its bound,
     or, ``against`` a previous run's summary (a scored file's sidecar, ``split``'s
     ``summary.json`` or ``check --json`` output), when the noisy share grew by more than
-    ``max_increase``."""
+    ``max_increase``. With no bound and no ``against``, the bound is ``max_noisy``
+    :data:`ncclean.report.gate.DEFAULT_MAX_NOISY` (0.5)."""
     from ncclean.report.gate import LIMITS, check_scored
 
     limits = dict(zip(LIMITS, (max_noisy, max_vague, max_invalid)))
@@ -210,7 +215,7 @@ def check(input: PathLike, *, max_noisy: float | None = None, max_vague: float |
 
 def retrain(
     input: PathLike,
-    test: PathLike,
+    test: PathLike | None = None,
     *,
     keep: str = "clean",
     pseudo_captions: bool = False,
@@ -226,6 +231,7 @@ def retrain(
     device: str = "auto",
     cache_dir: PathLike | bool | None = True,
     progress: Progress = no_progress,
+    test_columns: dict[str, str | None] | None = None,
 ) -> RetrainSummary:
     """Train a fresh plain matcher on what the scoring run of ``input`` kept and measure
     Recall@K on ``test`` (:mod:`ncclean.evaluate.retrain`); with ``baseline``, also on every
@@ -242,7 +248,12 @@ def retrain(
     ``constant`` or ``cosine`` (from 2e-4 down to 0 over the steps). ``matcher``: a saved
     matcher (``score --save-matcher``, the method's own noise-robust training) evaluated
     untrained on ``test`` as one more arm, ``matcher``, with its own share of the gap; how the
-    papers judge a method, where the other arms judge its selection."""
+    papers judge a method, where the other arms judge its selection. ``test_columns``: the test
+    file's own column names (``caption``, ``image``, ``image_emb``, ``text_emb``, ...), the
+    scored file's where not given. ``test=None``: a deterministic tenth of the valid pairs with a
+    unique caption is held out of every arm as the test set, with a warning in the summary
+    saying what recall on it can and cannot show; a test file overlapping the training pairs is
+    a warning too."""
     from ncclean.device import resolve_device
     from ncclean.errors import BadOptionError
     from ncclean.evaluate.retrain import KEEPS, SCHEDULES, RetrainConfig
@@ -263,4 +274,5 @@ def retrain(
         columns=columns, config=RetrainConfig(steps=steps, eval_every=eval_every,
                                               schedule=schedule),
         seed=seed, image_encoder=image_encoder, text_encoder=text_encoder, matcher=matcher,
-        device=resolve_device(device), cache_dir=cache_dir, progress=progress)
+        device=resolve_device(device), cache_dir=cache_dir, progress=progress,
+        test_columns=test_columns)

@@ -77,7 +77,9 @@ class Cut:
     :meth:`with_estimate`), the lowest share is noisy. ``rare_clean_above``: a lower clean
     threshold for pairs whose caption occurs at most ``rare_count`` times among the valid pairs;
     ``rare_count`` also says which clean captions the specificity stage leaves significant.
-    ``Cut()`` is the single 0.5 cut; ``score`` uses :data:`DEFAULT_CUT`.
+    ``Cut()`` is the single 0.5 cut; ``score`` uses :data:`DEFAULT_CUT`. A ``noise_rate``
+    replaces the thresholds: with one, thresholds other than these two defaults are an error
+    (they would be ignored), and the record leaves them out.
     """
 
     clean_above: float = 0.5
@@ -96,6 +98,11 @@ class Cut:
                                  f"{self.noise_rate!r}")
         if isinstance(self.noise_rate, int | float) and not 0.0 <= self.noise_rate <= 1.0:
             raise BadOptionError(f"--noise-rate must lie in [0, 1], got {self.noise_rate}")
+        if self.noise_rate is not None and (self.clean_above, self.noisy_below) not in _UNSET:
+            raise BadOptionError(
+                f"--noise-rate cuts by a share and wins over thresholds, so --clean-above "
+                f"{self.clean_above} / --noisy-below {self.noisy_below} would be ignored; give "
+                "either --noise-rate or the thresholds")
         if self.rare_clean_above is not None:
             if self.noise_rate is not None:
                 raise BadOptionError("--rare-clean-above lowers a threshold; it does not combine "
@@ -125,10 +132,13 @@ class Cut:
         (``requested``'s), and whether the method drew the partitions itself."""
         source = "auto" if requested.auto else ("given" if requested.noise_rate is not None
                                                 else None)
-        return as_record(self) | {"noise_rate_source": source,
+        ignored = {"clean_above": None, "noisy_below": None} if self.noise_rate is not None \
+            else {}  # a noise-rate cut uses no threshold: none is recorded
+        return as_record(self) | ignored | {"noise_rate_source": source,
                                   "by": "method" if by_method else "cut"}
 
 
+_UNSET = ((0.5, 0.5), (0.8, 0.5))  # Cut()'s and DEFAULT_CUT's thresholds: not asked for
 DEFAULT_CUT = Cut(clean_above=0.8, noisy_below=0.5)
 """``score``'s cut: noisy below 0.5, clean from 0.8, vague between."""
 

@@ -258,8 +258,10 @@ def test_options_check_themselves_and_loose_keywords_fold_into_them():
                  lambda: RunOptions(max_image_pixels=0)):
         with pytest.raises(BadOptionError):
             make()
-    auto = Cut(clean_above=0.7, noise_rate="auto", rare_count=50)
-    assert auto.with_estimate(0.25) == Cut(clean_above=0.7, noise_rate=0.25, rare_count=50)
+    auto = Cut(noise_rate="auto", rare_count=50)
+    assert auto.with_estimate(0.25) == Cut(noise_rate=0.25, rare_count=50)
+    with pytest.raises(BadOptionError, match="would be ignored"):
+        Cut(clean_above=0.7, noise_rate="auto")
     with pytest.raises(BadOptionError, match="gives no estimate"):
         auto.with_estimate(None, "nope")
     groups = fold_keywords({"cut": DEFAULT_CUT, "run": RunOptions()},

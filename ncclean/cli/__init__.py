@@ -1,45 +1,138 @@
 """The ``ncclean`` command line: a thin layer over :mod:`ncclean.api`.
 
-:func:`main` is the one place where errors become exit codes: a :class:`NcCleanError` (bad input)
-or a usage error is one line on stderr and exit code 2; anything else is reported as an internal
-error in one line, exit code 1, with the traceback only under ``--debug``.
+:func:`main` is the one place where errors become exit codes, the same for every command
+(:data:`EXIT_CODES`): 0 success; 1 a gate that failed (``check``'s FAIL, nothing else); 2 bad
+input or usage (a :class:`NcCleanError`, a usage error, a full disk or a permission problem), one
+line on stderr; 3 an internal error (a bug), one line asking to report it, the traceback only
+under ``--debug``; 130 on SIGINT and 143 on SIGTERM, one line saying what was interrupted, with
+the partial files removed.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+
+EXIT_OK, EXIT_FAILED_GATE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_CODES = ("Exit codes: 0 success; 1 a check that failed (check's FAIL only); 2 bad input or "
+              "usage, a full disk or no permission; 3 an internal error (a bug; please report "
+              "it); 130/143 interrupted (SIGINT/SIGTERM).")
+"""The contract, as the help texts say it."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, Kubernetes, Slurm), raised like Ctrl-C so that the same clean-up
+    runs."""
+
+
+_SIGNALLED: list[int] = []
+
+
+def _on_signal(signum, frame) -> None:
+    _SIGNALLED.append(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    words = _debug_first(words)
+    if not words or "-h" in words or "--help" in words:
+        _wide_help()
+    previous = {}
+    _SIGNALLED.clear()
+    if _main_thread():
+        previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run(words)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(words: list[str]) -> int:
     import typer
 
     from ncclean.cli.app import app, state
     from ncclean.cli.render import error_line
+    from ncclean.data.atomic import (
+        forget_created_folders,
+        is_write_error,
+        remove_created_folders,
+    )
     from ncclean.errors import NcCleanError
 
+    state.debug = "--debug" in words[:1]
     try:
-        result = app(args=argv, prog_name="ncclean", standalone_mode=False)
-        return result if isinstance(result, int) else 0
+        result = app(args=words, prog_name="ncclean", standalone_mode=False)
+        if _SIGNALLED:  # typer turns an interrupt into a return value of 130
+            raise KeyboardInterrupt
+        forget_created_folders()
+        return result if isinstance(result, int) else EXIT_OK
     except NcCleanError as error:
+        remove_created_folders()
         if state.debug:
             raise
         error_line(str(error))
-        return 2
+        return EXIT_BAD_INPUT
     except typer.Exit as done:
         return done.exit_code
     except _usage_error_type() as error:  # unknown option, bad value, missing argument, ...
-        error_line(f"{error.format_message()} (see '{_command_of(argv)} --help')")
-        return error.exit_code
+        error_line(f"{error.format_message()} (see '{_command_of(words)} --help')")
+        return EXIT_BAD_INPUT
     except (KeyboardInterrupt, typer.Abort):
-        error_line("interrupted")
-        return 130
-    except Exception as error:  # a bug: say so in one line, keep the traceback for --debug
+        remove_created_folders()
+        command = _command_of(words)
+        error_line(f"interrupted: {command} wrote nothing; partial files removed")
+        # typer swallows the interrupt's type; the handler noted which signal it was
+        return 128 + signal.SIGTERM if signal.SIGTERM in _SIGNALLED else 130
+    except OSError as error:
+        remove_created_folders()
         if state.debug:
             raise
-        error_line(f"internal error: {type(error).__name__}: {error} "
-                   "(rerun with --debug for the traceback, and please report it)")
-        return 1
+        if is_write_error(error):  # a full disk or a permission problem: the user's to fix
+            error_line(f"cannot write: {error}")
+            return EXIT_BAD_INPUT
+        return _internal(error, error_line)
+    except Exception as error:  # a bug: say so in one line, keep the traceback for --debug
+        remove_created_folders()
+        if state.debug:
+            raise
+        return _internal(error, error_line)
+
+
+def _internal(error: BaseException, error_line) -> int:
+    error_line(f"internal error: {type(error).__name__}: {error} "
+               "(rerun with --debug for the traceback, and please report it)")
+    return EXIT_INTERNAL
+
+
+def _debug_first(words: list[str]) -> list[str]:
+    """``--debug`` is accepted anywhere before a ``--``: it is moved to the front, where the
+    application's own option reads it."""
+    end = words.index("--") if "--" in words else len(words)
+    if "--debug" not in words[:end]:
+        return words
+    rest = [w for w in words[:end] if w != "--debug"] + words[end:]
+    return ["--debug", *rest]
+
+
+def _wide_help() -> None:
+    """Help at least 120 columns wide when the width is not known (not a terminal, no COLUMNS):
+    rich's default of 80 cuts option names."""
+    if os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH") or sys.stdout.isatty():
+        return
+    import typer.rich_utils as rich_utils
+
+    if rich_utils.MAX_WIDTH is None:
+        rich_utils.MAX_WIDTH = 120
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _usage_error_type() -> type[Exception]:
@@ -50,8 +143,7 @@ def _usage_error_type() -> type[Exception]:
     return next(c for c in BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
-def _command_of(argv: list[str] | None) -> str:
-    words = sys.argv[1:] if argv is None else argv
+def _command_of(words: list[str]) -> str:
     command = next((w for w in words if not w.startswith("-")), None)
     return f"ncclean {command}" if command else "ncclean"
 

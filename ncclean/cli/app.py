@@ -12,7 +12,37 @@ from typing import Annotated
 import typer
 
 from ncclean import __version__
-from ncclean.cli import check, embed, inspect, methods, noise, retrain, score, split, synth
+from ncclean.cli import (
+    EXIT_CODES,
+    check,
+    embed,
+    inspect,
+    methods,
+    noise,
+    retrain,
+    score,
+    split,
+    synth,
+)
+from ncclean.cli.options import METHOD_METAVAR
+
+
+def _display_type(self, ctx) -> str | None:
+    """The type shown beside an option in --help: nothing for a plain flag (``--json``, not
+    ``--json <bool>``), the registered methods for ``--method`` (found when the help is drawn,
+    so that starting the command line imports no method), otherwise typer's own."""
+    if getattr(self, "is_flag", False):
+        return None
+    if self.metavar == METHOD_METAVAR:
+        from ncclean.methods.base import available_methods
+
+        names = [n for n, target in available_methods().items() if not target.startswith("clash")]
+        return "<" + "|".join(names) + ">"
+    return _typer_display_type(self, ctx)
+
+
+_typer_display_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _display_type
 
 
 @dataclass
@@ -25,6 +55,7 @@ state = State()
 app = typer.Typer(
     name="ncclean",
     help="Find and fix mismatched pairs in image-caption corpora.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -43,18 +74,19 @@ def _version(value: bool) -> None:
 def main_options(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors (also accepted "
+                                        "after the command).")] = False,
 ) -> None:
     """Find and fix mismatched pairs in image-caption corpora."""
     state.debug = debug
 
 
-app.command("score")(score.score)
-app.command("methods")(methods.methods)
-app.command("synth")(synth.synth)
-app.command("inject-noise")(noise.inject_noise)
-app.command("inspect")(inspect.inspect)
-app.command("split")(split.split)
-app.command("check")(check.check)
-app.command("retrain")(retrain.retrain)
-app.command("embed")(embed.embed)
+app.command("score", epilog=EXIT_CODES)(score.score)
+app.command("methods", epilog=EXIT_CODES)(methods.methods)
+app.command("synth", epilog=EXIT_CODES)(synth.synth)
+app.command("inject-noise", epilog=EXIT_CODES)(noise.inject_noise)
+app.command("inspect", epilog=EXIT_CODES)(inspect.inspect)
+app.command("split", epilog=EXIT_CODES)(split.split)
+app.command("check", epilog=EXIT_CODES)(check.check)
+app.command("retrain", epilog=EXIT_CODES)(retrain.retrain)
+app.command("embed", epilog=EXIT_CODES)(embed.embed)

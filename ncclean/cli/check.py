@@ -1,4 +1,4 @@
-"""``ncclean check``: a data-quality gate for CI, exit 0 (pass) or 1 (fail)."""
+"""``ncclean check``: a data-quality gate for CI, exit 0 (pass) or 1 (fail), 2 for bad input."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from ncclean.cli import options
 
 
 def check(
-    input: Annotated[Path, typer.Argument(help="A file written by 'ncclean score'.",
-                                          show_default=False)],
+    input: Annotated[Path | None, typer.Argument(
+        help="A file written by 'ncclean score' [default: the last one it wrote from this "
+        "folder].", show_default=False)] = None,
     max_noisy: Annotated[float | None, typer.Option(
-        min=0.0, max=1.0, help="Fail when more than this share of valid pairs is noisy.")] = None,
+        min=0.0, max=1.0, help="Fail when more than this share of valid pairs is noisy "
+        "[default: 0.5 when no other bound and no --against is given].",
+        show_default=False)] = None,
     max_vague: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Fail when more than this share of valid pairs is vague.")] = None,
     max_invalid: Annotated[float | None, typer.Option(
@@ -27,10 +30,13 @@ def check(
     json_: options.Json = False,
 ) -> int:
     """Exit 0 when the scored corpus is within the bounds, 1 when it is not, with a one-line
-    verdict; bad input is exit 2."""
+    verdict; bad input is exit 2. With no bound given, the noisy share of valid pairs must be at
+    most 0.5."""
     from ncclean import api
+    from ncclean.cli.last import scored_input
     from ncclean.cli.render import print_json
 
+    input = scored_input(input, "check", quiet=json_)
     result = api.check(input, max_noisy=max_noisy, max_vague=max_vague, max_invalid=max_invalid,
                        against=against, max_increase=max_increase)
     if json_:

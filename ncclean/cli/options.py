@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 _COLUMNS = "Columns"
+METHOD_METAVAR = "METHOD"
+"""The metavar of ``--method``; the help shows the registered methods in its place."""
 
 CaptionCol = Annotated[str, typer.Option(
     "--caption-col", help="Column holding the caption text.", rich_help_panel=_COLUMNS)]

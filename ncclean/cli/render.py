@@ -15,14 +15,24 @@ def error_line(message: str) -> None:
     sys.stderr.write("ncclean: error: " + " ".join(str(message).split()) + "\n")
 
 
+def warning_line(message: str) -> None:
+    """``ncclean: warning: <message>`` on stderr, one line."""
+    sys.stderr.write("ncclean: warning: " + " ".join(str(message).split()) + "\n")
+
+
 def print_json(payload: dict) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
 def console():
+    """A rich console on stdout; 120 columns wide when stdout is not a terminal and COLUMNS is
+    not set (rich's default of 80 squeezes the tables)."""
+    import os
+
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(highlight=False, soft_wrap=True, width=wide)
 
 
 @contextlib.contextmanager
@@ -81,7 +91,9 @@ def render_score(out, summary) -> None:
     if summary.n_pseudo_captions:
         out.print(f"  pseudo-captions for {summary.n_pseudo_captions:,} of "
                   f"{counts[NOISY]:,} noisy pairs")
-    out.print(f"  wrote {summary.output} (+ .json)")
+    for warning in summary.warnings:
+        out.print(f"  [yellow]warning:[/] {warning}")
+    out.print(f"  read {summary.input}, wrote {summary.output} (+ .json)")
 
 
 def render_split(summary, report: bool) -> None:
@@ -147,8 +159,9 @@ def render_retrain(out, summary) -> None:
     kept = summary.keep + (" + pseudo-captions" if summary.pseudo_captions else "")
     table = Table(title=f"retrain on {summary.input}, cleaned = {kept} ({summary.steps:,} steps "
                   f"each, {summary.schedule} rate, seed {summary.seed}; encoders "
-                  f"{summary.image_encoder} + {summary.text_encoder}); test {summary.test} "
-                  f"({summary.n_test:,} pairs); Recall@K in %, strict", title_justify="left")
+                  f"{summary.image_encoder} + {summary.text_encoder}); test "
+                  f"{summary.test or 'held out of the input'} ({summary.n_test:,} pairs); "
+                  "Recall@K in %, strict", title_justify="left")
     table.add_column("arm", no_wrap=True)
     table.add_column("pairs", justify="right", no_wrap=True)
     for name in ("i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rSum", "rSum by text"):
@@ -182,6 +195,8 @@ def render_retrain(out, summary) -> None:
                   f"pairs, {cleaned / summary.n_valid:.1%}): so few pairs can train a worse "
                   "matcher than the raw corpus; a calibrated cut keeps few when most pairs are "
                   "noisy (docs/thresholds.md, \"To train on\")")
+    for warning in summary.warnings:
+        out.print(f"  [yellow]warning:[/] {warning}")
     if summary.gap_recovered is not None:
         out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
                   "rSum gap")

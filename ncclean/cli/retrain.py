@@ -9,13 +9,17 @@ import typer
 
 from ncclean.cli import options
 
+_TEST = "Test file columns"
+
 
 def retrain(
-    input: Annotated[Path, typer.Argument(help="A file written by 'ncclean score'.",
-                                          show_default=False)],
-    test: Annotated[Path, typer.Option(
-        help="Held-out test pairs (Parquet), never seen by the scoring run.",
-        show_default=False)],
+    input: Annotated[Path | None, typer.Argument(
+        help="A file written by 'ncclean score' [default: the last one it wrote from this "
+        "folder].", show_default=False)] = None,
+    test: Annotated[Path | None, typer.Option(
+        help="Held-out test pairs (Parquet), never seen by the scoring run [default: a tenth of "
+        "the valid pairs with a unique caption, chosen by id and held out of training; see the "
+        "warning it prints].", show_default=False)] = None,
     keep: Annotated[Literal["clean", "significant", "clean+vague", "weighted"], typer.Option(
         help="What to train on: the clean partitions, clean_significant alone (no "
         "correct-but-empty captions), clean and vague, or every pair weighted by "
@@ -58,13 +62,29 @@ def retrain(
     image_emb_col: options.ImageEmbCol = None,
     text_emb_col: options.TextEmbCol = None,
     allow_absolute_paths: options.AllowAbsolutePaths = False,
+    test_caption_col: Annotated[str | None, typer.Option(
+        help="The test file's caption column [default: as the scored file's].",
+        show_default=False, rich_help_panel=_TEST)] = None,
+    test_image_col: Annotated[str | None, typer.Option(
+        help="The test file's image column [default: as the scored file's].",
+        show_default=False, rich_help_panel=_TEST)] = None,
+    test_image_emb_col: Annotated[str | None, typer.Option(
+        help="The test file's image embedding column [default: as the scored file's].",
+        show_default=False, rich_help_panel=_TEST)] = None,
+    test_text_emb_col: Annotated[str | None, typer.Option(
+        help="The test file's caption embedding column [default: as the scored file's].",
+        show_default=False, rich_help_panel=_TEST)] = None,
     json_: options.Json = False,
 ) -> None:
     """Prove the cleaning helped: Recall@K of a matcher retrained on the kept pairs, beside the
     raw corpus and the oracle with --baseline."""
     from ncclean import api
+    from ncclean.cli.last import scored_input
     from ncclean.cli.render import console, print_json, progress_bars, render_retrain
 
+    input = scored_input(input, "retrain", quiet=json_)
+    test_columns = {"caption": test_caption_col, "image": test_image_col,
+                    "image_emb": test_image_emb_col, "text_emb": test_text_emb_col}
     columns = options.columns(caption_col, image_col, id_col, image_id_col, image_emb_col,
                               text_emb_col, allow_absolute_paths)
     with progress_bars(not json_) as progress:
@@ -73,7 +93,7 @@ def retrain(
                               eval_every=eval_every, schedule=schedule, seed=seed,
                               image_encoder=image_encoder, text_encoder=text_encoder,
                               matcher=matcher, device=device, cache_dir=cache_dir or True,
-                              progress=progress)
+                              progress=progress, test_columns=test_columns)
     if json_:
         print_json(summary.as_dict())
     else:

@@ -25,8 +25,12 @@ def _params(values: list[str] | None) -> dict[str, str]:
 def score(
     input: Annotated[Path, typer.Argument(help="Parquet file or folder of shards.",
                                           show_default=False)],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write.")],
-    method: Annotated[str, typer.Option(help="Method name (see 'ncclean methods').")] = "gmm",
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Parquet file to write [default: INPUT's name with .scored.parquet, "
+        "beside it; never over a file 'score' did not write].", show_default=False)] = None,
+    method: Annotated[str, typer.Option(
+        metavar=options.METHOD_METAVAR,
+        help="Method name ('ncclean methods' describes them).")] = "gmm",
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="A method parameter as KEY=VALUE (repeatable), e.g. -p epochs=10; "
         "'ncclean methods NAME' lists them.")] = None,
@@ -48,15 +52,16 @@ def score(
     seed: Annotated[int, typer.Option(help="Random seed: the same seed writes the same file.")]
     = 0,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    clean_above: Annotated[float, typer.Option(
-        min=0.0, max=1.0, help="clean_prob at or above this is clean.",
-        rich_help_panel="Partition")] = 0.8,
-    noisy_below: Annotated[float, typer.Option(
-        min=0.0, max=1.0, help="clean_prob below this is noisy; between the two is vague.",
-        rich_help_panel="Partition")] = 0.5,
+    clean_above: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="clean_prob at or above this is clean [default: 0.8].",
+        rich_help_panel="Partition", show_default=False)] = None,
+    noisy_below: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="clean_prob below this is noisy; between the two is vague "
+        "[default: 0.5].", rich_help_panel="Partition", show_default=False)] = None,
     noise_rate: Annotated[str | None, typer.Option(
-        help="Cut by a noise rate instead: the lowest RATE share is noisy. A number, or 'auto' "
-        "for the method's estimate.", rich_help_panel="Partition")] = None,
+        help="Cut by a noise rate instead of the thresholds (not with them): the lowest RATE "
+        "share is noisy. A number, or 'auto' for the method's estimate.",
+        rich_help_panel="Partition")] = None,
     rare_clean_above: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="A lower clean threshold for pairs whose caption is rare (occurs "
         "at most --rare-count times): a cut for training sets, which lose most through the rare "
@@ -113,11 +118,19 @@ def score(
     json_: options.Json = False,
 ) -> None:
     """Score every pair and write the input's rows back with clean_prob, partition and the
-    method's columns (plus OUTPUT.json)."""
+    method's columns (plus OUTPUT.json); later split, retrain and check without an input read
+    this file."""
     from ncclean import api
-    from ncclean.cli.render import console, print_json, progress_bars, render_score
-    from ncclean.options import Cut, MatcherOptions, RunOptions, StageOptions
+    from ncclean.cli.last import remember_scored
+    from ncclean.cli.render import console, print_json, progress_bars, render_score, warning_line
+    from ncclean.errors import BadOptionError
+    from ncclean.options import DEFAULT_CUT, Cut, MatcherOptions, RunOptions, StageOptions
+    from ncclean.pipeline.score import resume_warning
 
+    if noise_rate is not None and (clean_above is not None or noisy_below is not None):
+        given = "--clean-above" if clean_above is not None else "--noisy-below"
+        raise BadOptionError(f"--noise-rate cuts by a share and wins over {given}, which would "
+                             "be ignored; give one of them")
     params = _params(param)
     if epochs is not None:
         if params.get("epochs", str(epochs)) != str(epochs):
@@ -138,16 +151,22 @@ def score(
         image_encoder=image_encoder, text_encoder=text_encoder, embed_dim=embed_dim,
         image_size=image_size, clip_model=clip_model, clip_pretrained=clip_pretrained,
         clip_checkpoint=clip_checkpoint, finetune=finetune, load_matcher=load_matcher)
-    cut = Cut(clean_above=clean_above, noisy_below=noisy_below, noise_rate=rate,
+    cut = Cut(clean_above=DEFAULT_CUT.clean_above if clean_above is None else clean_above,
+              noisy_below=DEFAULT_CUT.noisy_below if noisy_below is None else noisy_below,
+              noise_rate=rate,
               rare_clean_above=rare_clean_above, rare_count=rare_count)
     stages = StageOptions(significance=significance, significance_passes=significance_passes,
                           pseudo_captions=pseudo_captions)
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
                      checkpoint_dir=checkpoint_dir, resume=resume, strict=strict,
                      max_image_pixels=max_image_pixels, save_matcher=save_matcher)
+    early = resume_warning(run)
+    if early:
+        warning_line(early)
     with progress_bars(not json_) as progress:
         summary = api.score(input, output, method, params, columns=columns, matcher=matcher,
                             cut=cut, stages=stages, run=run, progress=progress)
+    remember_scored(summary.output)
     if json_:
         print_json(summary.as_dict())
         return

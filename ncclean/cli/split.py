@@ -11,11 +11,12 @@ from ncclean.cli import options
 
 
 def split(
-    input: Annotated[Path, typer.Argument(help="A file written by 'ncclean score'.",
-                                          show_default=False)],
-    out_dir: Annotated[Path, typer.Option(
-        "-o", "--out-dir", help="Folder for <partition>.parquet and summary.json.",
-        show_default=False)],
+    input: Annotated[Path | None, typer.Argument(
+        help="A file written by 'ncclean score' [default: the last one it wrote from this "
+        "folder].", show_default=False)] = None,
+    out_dir: Annotated[Path | None, typer.Option(
+        "-o", "--out-dir", help="Folder for <partition>.parquet and summary.json [default: "
+        "INPUT's name with .split, beside it].", show_default=False)] = None,
     report: Annotated[bool, typer.Option(
         "--report", help="Print counts, the noise estimate and the most confidently noisy "
         "pairs.")] = False,
@@ -31,8 +32,10 @@ def split(
     """Split a scored corpus into one Parquet file per partition; row counts are checked to add
     up to the input."""
     from ncclean import api
+    from ncclean.cli.last import scored_input
     from ncclean.cli.render import print_json, render_split
 
+    input = scored_input(input, "split", quiet=json_)
     summary = api.split(input, out_dir, html=html, image_col=image_col, caption_col=caption_col,
                         per_partition=per_partition, seed=seed)
     if json_:

@@ -9,10 +9,8 @@ leaves a half-written file under the real name.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ncclean.data.atomic import (  # noqa: F401 (atomic_path and the rest are used from here)
+    TEMP_MARK,
+    atomic_path,
+    forget_created_folders,
+    is_write_error,
+    make_folder,
+    probe_writable,
+    remove_created_folders,
+    remove_stale_temps,
+)
 from ncclean.errors import (
     EmptyInputError,
     InputNotFoundError,
@@ -29,6 +37,9 @@ from ncclean.errors import (
 )
 
 BATCH_ROWS = 8192
+RECORD_KEY = "ncclean"
+"""The key of a scoring run's record in a Parquet file's key-value metadata (JSON text); a file
+written from another keeps everything of its metadata but this (it is not that run's output)."""
 
 
 @dataclass(frozen=True)
@@ -63,12 +74,12 @@ class PairSource:
             # pre_buffer (pyarrow's default) fetches every row group's column chunks ahead of
             # the reader: memory then grows with the file (2 GB for a million 512-d float16 pairs
             # instead of 0.1 GB). Buffered reads keep it at about one row group.
-            reader = pq.ParquetFile(shard.path, pre_buffer=False, buffer_size=1 << 22)
-            for batch in reader.iter_batches(
-                batch_size=batch_rows, columns=columns, use_threads=True
-            ):
-                yield shard, offset, batch
-                offset += batch.num_rows
+            with pq.ParquetFile(shard.path, pre_buffer=False, buffer_size=1 << 22) as reader:
+                for batch in reader.iter_batches(
+                    batch_size=batch_rows, columns=columns, use_threads=True
+                ):
+                    yield shard, offset, batch
+                    offset += batch.num_rows
 
     def read_columns(self, columns: list[str]) -> pa.Table:
         """Read whole columns of every shard into one table (use for small columns only)."""
@@ -107,10 +118,10 @@ def open_pairs(path: str | os.PathLike) -> PairSource:
     first_row = 0
     for file in files:
         try:
-            meta = pq.ParquetFile(file)
+            with pq.ParquetFile(file) as meta:  # closed at once: only the footer is needed
+                file_schema, n_rows = meta.schema_arrow, meta.metadata.num_rows
         except (pa.ArrowInvalid, OSError) as error:
             raise NotParquetError(f"{file}: not a readable Parquet file ({error})") from None
-        file_schema = meta.schema_arrow
         if schema is None:
             schema = file_schema
         elif not file_schema.equals(schema, check_metadata=False):
@@ -118,8 +129,8 @@ def open_pairs(path: str | os.PathLike) -> PairSource:
                 f"shard {file} has columns {_describe(file_schema)}, "
                 f"but {files[0]} has {_describe(schema)}; all shards must share one schema"
             )
-        shards.append(Shard(file, meta.metadata.num_rows, first_row))
-        first_row += meta.metadata.num_rows
+        shards.append(Shard(file, n_rows, first_row))
+        first_row += n_rows
     assert schema is not None
     if first_row == 0:
         raise EmptyInputError(f"{path}: no rows")
@@ -134,7 +145,8 @@ def _describe(schema: pa.Schema) -> str:
 
 
 def check_output_path(out: str | os.PathLike, source: PairSource | None = None) -> Path:
-    """Refuse an output that is, or lies inside, the input; create the output's folder.
+    """Refuse an output that is, or lies inside, the input; create the output's folder (see
+    :func:`created_folders`) and make sure a file can be written there, before any work.
 
     Returns the output path. Raises :class:`OutputError`.
     """
@@ -150,45 +162,20 @@ def check_output_path(out: str | os.PathLike, source: PairSource | None = None) 
             raise OutputError(
                 f"{out} lies inside the input folder {source.path}; write it elsewhere"
             )
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise OutputError(f"cannot create the folder for {out}: {error}") from None
+    make_folder(out.parent)
+    probe_writable(out)
     return out
 
 
-@contextlib.contextmanager
-def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``dest``; rename it onto ``dest`` when the block succeeds,
-    delete it when the block fails."""
-    dest = Path(dest)
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    except OSError as error:
-        raise OutputError(f"cannot write to {dest.parent}: {error}") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
-    mode = 0o666 & ~_umask()  # mkstemp makes 0600; give the output the usual mode
-    os.chmod(tmp, mode)
-    try:
-        yield tmp
-        os.chmod(tmp, mode)  # again: some writers (safetensors) replace the file they are given
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def json_text(payload: Mapping, indent: int | None = 2) -> str:
+    """``payload`` as JSON text (numpy values and paths included)."""
+    return json.dumps(payload, indent=indent, sort_keys=False, default=_json_default)
 
 
 def write_json(dest: str | os.PathLike, payload: Mapping) -> None:
     """Write ``payload`` as indented JSON, atomically."""
     with atomic_path(dest) as tmp:
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, default=_json_default) + "\n")
+        tmp.write_text(json_text(payload) + "\n")
 
 
 def _json_default(value):
@@ -227,6 +214,13 @@ def write_table(dest: str | os.PathLike, table: pa.Table) -> None:
                        write_statistics=dictionary_columns(table.schema))
 
 
+def without_record(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without a scoring run's record in its metadata (:data:`RECORD_KEY`)."""
+    metadata = dict(schema.metadata or {})
+    metadata.pop(RECORD_KEY.encode(), None)
+    return schema.with_metadata(metadata) if metadata else schema.remove_metadata()
+
+
 Compute = Callable[[Shard, int, pa.RecordBatch], Mapping[str, pa.Array]]
 
 
@@ -237,6 +231,7 @@ def write_pairs(
     *,
     batch_rows: int = BATCH_ROWS,
     computed: tuple[list[pa.Field], Compute] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> Path:
     """Write every input row and column to ``out`` with ``updates`` applied, atomically.
 
@@ -245,7 +240,9 @@ def write_pairs(
     appended after the input columns, in the mapping's order. The input is streamed batch by
     batch, so memory holds one batch of input columns plus the update arrays. ``computed``:
     more columns (their fields) made batch by batch, ``compute(shard, first_row, batch)``
-    with the batch of the input's other columns, placed like updates.
+    with the batch of the input's other columns, placed like updates. ``metadata``: key-value
+    pairs added to (or replacing those of) the input's schema metadata, in the same file, so
+    they are written, or not, with its rows.
     """
     n_rows = source.n_rows
     for name, values in updates.items():
@@ -262,7 +259,9 @@ def write_pairs(
     appended = [name for name in new_fields if name not in source.schema.names]
     fields = [new_fields.get(field.name, field) for field in source.schema]
     fields += [new_fields[name] for name in appended]
-    schema = pa.schema(fields, metadata=source.schema.metadata)
+    kept = without_record(source.schema).metadata or {}
+    kept.update({key.encode(): value.encode() for key, value in (metadata or {}).items()})
+    schema = pa.schema(fields, metadata=kept or None)
 
     read_columns = [n for n in source.schema.names if n not in replaced]
     with atomic_path(out) as tmp, pq.ParquetWriter(

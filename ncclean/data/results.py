@@ -10,12 +10,16 @@ Columns added after the input's, in this order (DESIGN.md, "Data contract"):
 - the method's own columns, each prefixed by the method's name (``gmm_loss``, ``pc2_osc_kl``...).
 
 A column of the input with one of these names is replaced (re-scoring a scored file works). The
-sidecar ``<output>.json`` holds what the caller passes (method, parameters, seed, timings, mixture)
-plus the row count and partition counts computed here, so they always agree with the file.
+run record holds what the caller passes (method, parameters, seed, timings, mixture) plus the row
+count and partition counts computed here, so they always agree with the file. It is written into
+the Parquet file's own key-value metadata (key :data:`RECORD_KEY`), in the same write as the rows,
+so a file can never be paired with another run's record; ``<output>.json`` beside it is a copy
+for people and tools that read JSON (readers use the metadata; :mod:`ncclean.data.scored`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from ncclean.data.corpus import Corpus
-from ncclean.data.parquet import sidecar_path, write_json, write_pairs
+from ncclean.data.parquet import RECORD_KEY, json_text, sidecar_path, write_json, write_pairs
 from ncclean.data.schema import INVALID_REASON
 
 CLEAN_SIGNIFICANT = "clean_significant"
@@ -155,18 +159,44 @@ def partition_counts(partition: pa.Array | np.ndarray) -> dict[str, int]:
     return {name: values.count(name) for name in PARTITIONS}
 
 
+def stable_record(record: Mapping) -> dict:
+    """``record`` without its timings (every key ``seconds`` or ``*_seconds``, at any depth): what
+    goes into the Parquet file, so that the same seed still writes the same bytes. The JSON copy
+    keeps them."""
+    def strip(value):
+        if isinstance(value, Mapping):
+            return {k: strip(v) for k, v in value.items()
+                    if not (isinstance(k, str) and (k == "seconds" or k.endswith("_seconds")))}
+        if isinstance(value, list | tuple):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(json.loads(json_text(record, indent=None)))
+
+
 def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResults,
                   sidecar: Mapping) -> Path:
-    """Write ``corpus`` with ``results`` to ``output`` and the sidecar beside it, atomically.
+    """Write ``corpus`` with ``results`` to ``output``, the run record (``sidecar`` plus the
+    counts, :func:`stable_record`) in its metadata, in one atomic write; then the record's JSON
+    copy beside it, timings included. When
+    the copy cannot be written, no copy stays (an older run's would disagree) and the error is
+    raised.
 
     Returns the output path. Every input row appears exactly once, in input order.
     """
     columns = result_columns(corpus, results)
-    out = write_pairs(corpus.source, output, columns)
-    write_json(sidecar_path(out), {
+    record = {
         **sidecar,
         "n_rows": corpus.n_pairs,
         "partition_counts": partition_counts(columns["partition"]),
         "invalid_counts": corpus.invalid_counts(),
-    })
+    }
+    out = write_pairs(corpus.source, output, columns,
+                      metadata={RECORD_KEY: json_text(stable_record(record), indent=None)})
+    copy = sidecar_path(out)
+    try:
+        write_json(copy, record)
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
     return out

@@ -1,5 +1,10 @@
 """Reading a scored file back (the reader of the contract :mod:`ncclean.data.results` writes): its
-partitions and scores, its sidecar, and a few chosen rows.
+partitions and scores, its run record, and a few chosen rows.
+
+The run record is read from the file's own metadata, where :func:`ncclean.data.results.
+write_results` writes it with the rows; the ``.json`` copy beside the file is read only for files
+written before the record moved into the metadata, and ignored when the metadata has one (a copy
+left by another run must never be paired with these rows).
 
 Only the small per-row columns (``partition``, ``clean_prob``, ``noisy_gt``) are held for the whole
 corpus; captions and images are streamed and only the rows a report shows are kept.
@@ -16,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ncclean.data.parquet import PairSource, open_pairs, sidecar_path
-from ncclean.data.results import INVALID, PARTITIONS
+from ncclean.data.results import INVALID, PARTITIONS, RECORD_KEY, stable_record
 from ncclean.data.schema import NOISY_GT
 from ncclean.errors import SchemaError
 
@@ -25,7 +30,8 @@ from ncclean.errors import SchemaError
 class Scored:
     """A scored file: ``partition`` as codes into :data:`PARTITIONS` (``(n,) int8``),
     ``clean_prob`` (``(n,) float32``, NaN for invalid rows), ``noisy_gt`` when the corpus had
-    injected noise, and the scoring run's sidecar (``{}`` when it is missing)."""
+    injected noise, and the scoring run's record (``sidecar``, :func:`run_record`; ``{}`` when
+    there is none)."""
 
     source: PairSource
     partition: np.ndarray
@@ -59,6 +65,10 @@ def open_scored(path: str | Path) -> Scored:
                           "run 'ncclean score' on it first")
     columns = ["partition", "clean_prob"] + ([NOISY_GT] if NOISY_GT in source.schema.names
                                              else [])
+    kind = source.schema.field("clean_prob").type
+    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_null(kind)):
+        raise SchemaError(f"{path}: clean_prob holds {kind}, not numbers; is it a file written "
+                          "by 'ncclean score'?")
     table = source.read_columns(columns)
     names = table.column("partition").to_pylist()
     unknown = sorted({n for n in names if n not in PARTITIONS}, key=str)
@@ -71,14 +81,34 @@ def open_scored(path: str | Path) -> Scored:
     noisy_gt = None
     if NOISY_GT in table.column_names:
         noisy_gt = np.array(table.column(NOISY_GT).to_pylist(), dtype=bool)
-    sidecar: dict = {}
+    sidecar = run_record(source)
+    return Scored(source, partition, clean_prob, noisy_gt, sidecar)
+
+
+def run_record(source: PairSource) -> dict:
+    """The scoring run's record of ``source``: from its first file's metadata (key
+    :data:`RECORD_KEY`), with the timings of the ``.json`` copy beside it when that copy is the
+    same record; for older files (no record inside) the copy; ``{}`` when there is neither or it
+    is unreadable."""
+    copy: dict | None = None
     side = sidecar_path(source.path) if source.path.is_file() else None
     if side is not None and side.exists():
         try:
-            sidecar = json.loads(side.read_text())
+            copy = json.loads(side.read_text())
         except (OSError, ValueError):
-            sidecar = {}
-    return Scored(source, partition, clean_prob, noisy_gt, sidecar)
+            copy = None
+        copy = copy if isinstance(copy, dict) else None
+    metadata = source.schema.metadata or {}
+    if RECORD_KEY.encode() not in metadata:
+        return copy or {}
+    try:
+        record = json.loads(metadata[RECORD_KEY.encode()])
+    except ValueError:
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    # the copy adds the timings; it is used only when it is this very record
+    return copy if copy is not None and stable_record(copy) == record else record
 
 
 def fetch_rows(source: PairSource, rows: Iterable[int], columns: list[str]) -> dict[int, dict]:

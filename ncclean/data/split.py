@@ -9,7 +9,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ncclean.data.parquet import BATCH_ROWS, PairSource, atomic_path
+from ncclean.data.parquet import (
+    BATCH_ROWS,
+    PairSource,
+    atomic_path,
+    make_folder,
+    probe_writable,
+    without_record,
+)
 from ncclean.data.results import PARTITIONS
 from ncclean.errors import OutputError
 
@@ -25,12 +32,10 @@ def split_by_partition(source: PairSource, out_dir: Path) -> dict[str, Path]:
                                                           *out_dir.resolve().parents):
         raise OutputError(f"{out_dir} lies inside the input folder {source.path}; write it "
                           "elsewhere")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise OutputError(f"cannot create {out_dir}: {error}") from None
+    make_folder(out_dir)
     paths = {name: out_dir / f"{name}.parquet" for name in PARTITIONS}
-    schema = source.schema
+    probe_writable(paths[PARTITIONS[0]])
+    schema = without_record(source.schema)  # a part is not the scoring run's output
     with contextlib.ExitStack() as stack:
         writers = {}
         for name, path in paths.items():
@@ -38,7 +43,7 @@ def split_by_partition(source: PairSource, out_dir: Path) -> dict[str, Path]:
             writers[name] = stack.enter_context(pq.ParquetWriter(tmp, schema,
                                                                  compression="zstd"))
         for _, _, batch in source.iter_batches(None, BATCH_ROWS):
-            table = pa.Table.from_batches([batch], schema=schema)
+            table = pa.Table.from_batches([batch]).replace_schema_metadata(schema.metadata)
             partition = table.column("partition")
             for name, writer in writers.items():
                 part = table.filter(pc.equal(partition, name))

@@ -308,10 +308,12 @@ def saved_matcher_result(saved, path: str, method: str | None, test: Features,
 class RetrainSummary(Summary):
     """What a retrain measured: per arm its training size and Recall@K (strict and by text
     identity), the share of the noisy-to-oracle rSum gap the cleaned arm recovered, and the
-    :class:`Verdicts` (``still_improving``, ``past_best``, ``small_selection``)."""
+    :class:`Verdicts` (``still_improving``, ``past_best``, ``small_selection``). ``test`` is
+    ``None`` when the test pairs were held out of ``input``; ``warnings``: sentences about the
+    test set (held out of the corpus, or overlapping the training pairs)."""
 
     input: Path
-    test: Path
+    test: Path | None
     n_test: int
     steps: int
     schedule: str
@@ -326,3 +328,4 @@ class RetrainSummary(Summary):
     still_improving: dict[str, float] = field(default_factory=dict)
     past_best: dict[str, dict] = field(default_factory=dict)
     small_selection: bool = False
+    warnings: list[str] = field(default_factory=list)

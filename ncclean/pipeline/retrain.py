@@ -1,10 +1,20 @@
 """A retrain: read a scored corpus and a test set, build the scoring run's matcher configuration,
-train the arms (:mod:`ncclean.evaluate.retrain`) and judge them."""
+train the arms (:mod:`ncclean.evaluate.retrain`) and judge them.
+
+The test set is a file of its own (``test``; its columns may be named apart, ``test_columns``) or,
+without one, a deterministic sample of the scored corpus held out of every arm (:func:`held_out`),
+with a warning that says what recall on it can and cannot show. Test pairs that are also training
+pairs (the same id, or the same image and caption) are counted in a warning.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from ncclean.data.schema import Columns
 from ncclean.evaluate.retrain import RetrainConfig, RetrainSummary
@@ -12,17 +22,93 @@ from ncclean.progress import Progress, no_progress
 
 PathLike = str | os.PathLike
 
+HELD_OUT_SHARE = 0.1
+"""Without a test file: the share of the valid pairs with a unique caption held out as test."""
+HELD_OUT_WARNING = (
+    "no --test: recall is measured on {n} pairs held out of {input} ({share:.0%} of the valid "
+    "pairs with a unique caption, chosen by id) and kept out of every arm. It can compare the "
+    "arms on this corpus; it cannot show how a matcher does on clean data or on new images: "
+    "the held-out pairs carry the corpus's own noise (a mismatched pair counts as a miss for a "
+    "matcher that is right) and their images may be trained on under other captions. Give "
+    "--test with clean held-out pairs for that.")
 
-def retrain_scored(input: PathLike, test: PathLike, *, keep: str, pseudo_captions: bool,
+
+def held_out(ids: list, text_group: np.ndarray, share: float = HELD_OUT_SHARE) -> np.ndarray:
+    """``(n,) bool``: the pairs held out as test when there is no test file: those whose caption
+    occurs once among the ``n`` pairs (``text_group``, ``(n,) int64``) and whose id hashes into
+    the lowest ``share`` (blake2b of the id's text), the same pairs on every run."""
+    counts = np.bincount(text_group) if len(text_group) else np.zeros(0, dtype=np.int64)
+    unique = counts[text_group] == 1
+    cut = int(share * 2**32)
+    hashed = np.array([int.from_bytes(hashlib.blake2b(str(i).encode(), digest_size=4).digest(),
+                                      "big") < cut for i in ids], dtype=bool)
+    return unique & hashed
+
+
+def overlap(train, test) -> tuple[int, int]:
+    """How many valid pairs of the ``test`` corpus are also in ``train``
+    (:class:`ncclean.data.corpus.Corpus`): by id (when both have an id column), and by the same
+    image and caption (image content, or its embedding, with the caption text)."""
+    def keys(corpus) -> set:
+        out = set()
+        for row in np.flatnonzero(corpus.valid):
+            if corpus.image_digests is not None:
+                image = corpus.image_digests[corpus.image_group[row]]
+            elif corpus.image_emb is not None:
+                image = np.asarray(corpus.image_emb[row]).tobytes()
+            else:
+                image = int(corpus.image_group[row])
+            out.add((image, corpus.captions[row]))
+        return out
+
+    same_ids = 0
+    if train.columns.id is not None and test.columns.id is not None:
+        train_ids = set(train.ids.filter(pa_mask(train.valid)).to_pylist())
+        same_ids = sum(i in train_ids for i in test.ids.filter(pa_mask(test.valid)).to_pylist())
+    return same_ids, len(keys(train) & keys(test))
+
+
+def pa_mask(mask: np.ndarray):
+    import pyarrow as pa
+
+    return pa.array(np.asarray(mask, dtype=bool))
+
+
+def pa_mask_rows(rows: np.ndarray):
+    import pyarrow as pa
+
+    return pa.array(np.asarray(rows, dtype=np.int64))
+
+
+def _read(path: PathLike, what: str, columns: Columns, **kwargs):
+    """``read_corpus`` with the file named in a column error (scored file or test file)."""
+    from ncclean.data.corpus import read_corpus
+    from ncclean.errors import SchemaError
+
+    try:
+        return read_corpus(path, columns, **kwargs)
+    except SchemaError as error:
+        said = str(error)
+        if what == "test file":  # point at the test file's own options
+            for name in ("caption-col", "image-col", "image-emb-col", "text-emb-col"):
+                said = said.replace(f" --{name}", f" --test-{name}")
+        raise SchemaError(said if said.startswith(str(path)) else f"{what} {path}: {said}") \
+            from None
+
+
+def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str, pseudo_captions: bool,
                    baseline: bool, columns: Columns, config: RetrainConfig, seed: int,
                    image_encoder: str, text_encoder: str, matcher: PathLike | None,
                    device: str, cache_dir: PathLike | bool | None,
-                   progress: Progress = no_progress) -> RetrainSummary:
+                   progress: Progress = no_progress,
+                   test_columns: dict[str, str | None] | None = None) -> RetrainSummary:
     """Train a fresh plain matcher per arm on what the scoring run of ``input`` kept and measure
     Recall@K on ``test``; ``device`` is resolved. The matcher's architecture and encoders are
     the scoring run's (its sidecar), with the towers ``image_encoder`` / ``text_encoder`` other
-    than ``auto`` replaced; ``matcher``: a saved matcher evaluated untrained as one more arm."""
-    from ncclean.data.corpus import read_corpus
+    than ``auto`` replaced; ``matcher``: a saved matcher evaluated untrained as one more arm.
+    ``test_columns``: fields of :class:`Columns` (``caption``, ``image``, ``image_emb``,
+    ``text_emb``...) named apart for the test file, the others as the scored file's. ``test``
+    ``None``: a sample of ``input`` is held out (:func:`held_out`)."""
     from ncclean.data.scored import open_scored
     from ncclean.errors import BadOptionError, SchemaError
     from ncclean.evaluate.retrain import (
@@ -61,15 +147,39 @@ def retrain_scored(input: PathLike, test: PathLike, *, keep: str, pseudo_caption
         require_columns(saved.config, columns)
 
     size = decoded_size(matcher_config)
-    corpus = read_corpus(input, columns, image_size=size, cache_dir=cache, progress=progress)
-    held_out = read_corpus(test, columns, image_size=size, cache_dir=cache, progress=progress)
-    if held_out.valid.sum() < 2:
-        raise BadOptionError(f"{test}: fewer than 2 usable test pairs")
+    corpus = _read(input, "scored file", columns, image_size=size, cache_dir=cache,
+                   progress=progress)
+    warnings: list[str] = []
+    test_cols = replace(columns, **{k: v for k, v in (test_columns or {}).items()
+                                    if v is not None})
+    held = None
+    if test is not None:
+        test_corpus = _read(test, "test file", test_cols, image_size=size, cache_dir=cache,
+                            progress=progress)
+        if test_corpus.valid.sum() < 2:
+            raise BadOptionError(f"test file {test}: fewer than 2 usable test pairs")
+        same_ids, same_pairs = overlap(corpus, test_corpus)
+        if same_ids or same_pairs:
+            warnings.append(
+                f"the test file {test} overlaps the training pairs: {same_ids} test pairs have "
+                f"ids of {input} and {same_pairs} its image and caption; recall on pairs seen "
+                "in training says little (use held-out pairs)")
     complete_config(matcher_config, corpus)
     features = build_features(corpus, matcher_config, cache_dir=cache, device=device,
                               progress=progress)
-    test_features = build_features(held_out, matcher_config, cache_dir=cache, device=device,
-                                   progress=progress)
+    if test is None:
+        held = held_out(corpus.ids.take(pa_mask_rows(features.rows)).to_pylist(),
+                        features.text_group)
+        if held.sum() < 2:
+            raise BadOptionError(f"{input}: too few pairs to hold out as a test set "
+                                 f"({int(held.sum())}); give --test")
+        test_features = features.subset(held)
+        features = features.subset(~held)
+        warnings.append(HELD_OUT_WARNING.format(n=int(held.sum()), input=input,
+                                                share=HELD_OUT_SHARE))
+    else:
+        test_features = build_features(test_corpus, matcher_config, cache_dir=cache,
+                                       device=device, progress=progress)
 
     rows = features.rows
     pseudo = None
@@ -86,18 +196,24 @@ def retrain_scored(input: PathLike, test: PathLike, *, keep: str, pseudo_caption
 
         own, saved_test = saved.config, test_features  # features for its vocabulary and size
         if own.to_dict() != matcher_config.to_dict():
+            source, source_cols = (input, columns) if test is None else (test, test_cols)
+            source_corpus = corpus if test is None else test_corpus
             if decoded_size(own) not in (None, decoded_size(matcher_config)):
-                held_out = read_corpus(test, columns, image_size=decoded_size(own),
-                                       cache_dir=cache, progress=progress)
-            saved_test = build_features(held_out, own, cache_dir=cache, device=device,
+                source_corpus = _read(source, "test file", source_cols,
+                                      image_size=decoded_size(own), cache_dir=cache,
+                                      progress=progress)
+            saved_test = build_features(source_corpus, own, cache_dir=cache, device=device,
                                         progress=progress)
+            if held is not None:  # the same held-out pairs
+                saved_test = saved_test.subset(np.isin(saved_test.rows, test_features.rows))
         results["matcher"] = saved_matcher_result(saved, str(matcher),
                                                   read_meta(matcher).get("method"), saved_test,
                                                   device)
         results["matcher"]["gap_recovered"] = gap_recovered(results, "matcher")
     judged = verdicts(results, features.n_pairs)
     return RetrainSummary(
-        input=Path(input), test=Path(test), n_test=test_features.n_pairs, steps=config.steps,
+        input=Path(input), test=None if test is None else Path(test),
+        n_test=test_features.n_pairs, warnings=warnings, steps=config.steps,
         schedule=config.schedule, seed=seed, keep=keep, pseudo_captions=pseudo_captions,
         image_encoder=matcher_config.image_tower, text_encoder=matcher_config.text_tower,
         arms=results, gap_recovered=gap_recovered(results, arms[0].name),

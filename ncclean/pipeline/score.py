@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclean.data.schema import Columns
@@ -33,6 +33,7 @@ class ScoreSummary(Summary):
     seconds: dict[str, float]
     detection: dict[str, float] | None = None
     n_pseudo_captions: int = 0
+    warnings: list[str] = field(default_factory=list)
 
 
 def cache_path(cache_dir: PathLike | bool | None) -> Path | None:
@@ -44,6 +45,73 @@ def cache_path(cache_dir: PathLike | bool | None) -> Path | None:
     return Path(cache_dir) if cache_dir else None
 
 
+def default_output(input: PathLike) -> Path:
+    """Where ``score`` writes when no output is given: ``pairs.parquet`` ->
+    ``pairs.scored.parquet`` beside it (a folder of shards ``shards/`` -> ``shards.scored.parquet``
+    beside the folder)."""
+    input = Path(input)
+    name = input.name[:-len(".parquet")] if input.name.endswith(".parquet") else input.name
+    return input.with_name(name + ".scored.parquet")
+
+
+def written_by_score(path: PathLike) -> bool:
+    """Whether the file ``path`` holds the run record of an ``ncclean score`` run (its metadata,
+    or for older files the ``.json`` copy), so that a default output may replace it."""
+    from ncclean.data.parquet import open_pairs
+    from ncclean.data.scored import run_record
+    from ncclean.errors import NcCleanError
+
+    try:
+        return run_record(open_pairs(path)).get("command") == "score"
+    except NcCleanError:
+        return False
+
+
+def resume_warning(run: RunOptions) -> str | None:
+    """The warning for ``--resume`` with no checkpoint in ``--checkpoint-dir`` (the run starts
+    from scratch), ``None`` when there is one or no resume was asked for."""
+    if not run.resume:
+        return None
+    if run.checkpoint_dir is None:
+        return "--resume without --checkpoint-dir: nothing to resume; starting from scratch"
+    folder = Path(run.checkpoint_dir)
+    if folder.is_dir() and any(folder.rglob(f"{CHECKPOINT_STATE}.json")):
+        return None
+    return f"--resume: no checkpoint in {folder}; starting from scratch"
+
+
+def check_learning_rates(method: str, params: dict) -> None:
+    """Every learning rate (a parameter ``lr`` or ``*_lr``) must be a positive number: the
+    optimiser's own refusal comes only after the images are read, and reads like a bug."""
+    from ncclean.errors import BadOptionError
+
+    for name, value in params.items():
+        if (name == "lr" or name.endswith("_lr")) and isinstance(value, int | float) \
+                and not value > 0:
+            raise BadOptionError(f"method {method!r}: -p {name} must be > 0, got {value}")
+
+
+CHECKPOINT_STATE = "training-state.safetensors"
+"""The name :mod:`ncclean.train.loop` saves a training state under (with a ``.json``)."""
+
+
+def prepare_output(input: PathLike, output: PathLike | None) -> Path:
+    """The output path (``None``: :func:`default_output`, refused when a file there was not
+    written by ``score``), checked against the input and probed for writing
+    (:func:`ncclean.data.parquet.check_output_path`): an error in the first second of a run, not
+    after it."""
+    from ncclean.data.parquet import check_output_path, open_pairs
+    from ncclean.errors import OutputError
+
+    source = open_pairs(input)
+    if output is None:
+        output = default_output(input)
+        if Path(output).exists() and not written_by_score(output):
+            raise OutputError(f"{output} exists and was not written by 'ncclean score'; give "
+                              "-o to write elsewhere, or remove it")
+    return check_output_path(output, source)
+
+
 def decoded_size(config) -> int | None:
     """The side images are decoded to for ``config``'s image tower, ``None`` when it reads no
     pixels (the tower registry's :func:`ncclean.models.resolve.pixel_size`)."""
@@ -52,18 +120,20 @@ def decoded_size(config) -> int | None:
     return pixel_size(config)
 
 
-def score_corpus(input: PathLike, output: PathLike, method: str, params: dict | None,
+def score_corpus(input: PathLike, output: PathLike | None, method: str, params: dict | None,
                  columns: Columns, matcher: MatcherOptions, cut: Cut, stages: StageOptions,
                  run: RunOptions, device: str, progress: Progress = no_progress) -> ScoreSummary:
     """Score every pair of ``input`` with ``method`` and write the output contract to ``output``
-    (plus ``<output>.json``); ``device`` is ``run.device`` resolved
-    (:func:`ncclean.device.resolve_device`). Checks what it can before any training: the method
-    and its ``params``, the encoders, the output path, that two pairs are usable."""
+    (plus ``<output>.json``; ``None``: :func:`default_output`, refused when a file there was not
+    written by ``score``); ``device`` is ``run.device`` resolved
+    (:func:`ncclean.device.resolve_device`). Checks what it can before any work: the method and
+    its ``params``, the encoders, that the output can be written (before the images are read),
+    that two pairs are usable."""
+    out = prepare_output(input, output)  # first: before torch is even imported
     import numpy as np
 
     from ncclean.data.corpus import read_corpus
     from ncclean.data.images import DEFAULT_MAX_PIXELS
-    from ncclean.data.parquet import check_output_path
     from ncclean.errors import BadOptionError
     from ncclean.methods.base import Context, make_method
     from ncclean.models.features import build_features, complete_config
@@ -74,15 +144,16 @@ def score_corpus(input: PathLike, output: PathLike, method: str, params: dict | 
     seconds: dict[str, float] = {}
     began = time.perf_counter()
     chosen = make_method(method, params)
+    check_learning_rates(method, chosen.params())
     cache = cache_path(run.cache_dir)
     config, initial = matcher_config(
         columns, matcher.image_encoder, matcher.text_encoder, matcher.embed_dim,
         matcher.image_size, matcher.load_matcher, device, matcher.clip())
     max_pixels = run.max_image_pixels or DEFAULT_MAX_PIXELS
+    warnings = [w for w in [resume_warning(run)] if w]
 
     corpus = read_corpus(input, columns, strict=run.strict, image_size=decoded_size(config),
                          max_image_pixels=max_pixels, cache_dir=cache, progress=progress)
-    out = check_output_path(output, corpus.source)  # fail now, not after training
     if corpus.valid.sum() < 2:
         raise BadOptionError(f"{input}: only {int(corpus.valid.sum())} usable pairs; scoring "
                              "needs at least 2 (see invalid_reason with ncclean inspect)")
@@ -126,8 +197,10 @@ def score_corpus(input: PathLike, output: PathLike, method: str, params: dict | 
         "options": options_record(columns=columns, matcher=matcher, cut=cut, stages=stages,
                                   run=run),
     }
-    return write_scored(corpus, features, out, result, clean_prob, parts, added, seconds, began,
-                        sidecar, run.save_matcher)
+    summary = write_scored(corpus, features, out, result, clean_prob, parts, added, seconds,
+                           began, sidecar, run.save_matcher)
+    summary.warnings.extend(warnings)
+    return summary
 
 
 def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages, seconds: dict,

@@ -30,7 +30,15 @@ class SplitSummary(Summary):
     html_bytes: int | None = None
 
 
-def split_scored(input: PathLike, out_dir: PathLike, *, html: PathLike | None = None,
+def default_split_dir(input: PathLike) -> Path:
+    """``pairs.scored.parquet`` -> ``pairs.scored.split/`` beside it (a folder input: its name
+    with ``.split``)."""
+    input = Path(input)
+    name = input.name[:-len(".parquet")] if input.name.endswith(".parquet") else input.name
+    return input.with_name(name + ".split")
+
+
+def split_scored(input: PathLike, out_dir: PathLike | None, *, html: PathLike | None = None,
                  image_col: str = "image", caption_col: str = "caption",
                  per_partition: int = 40, top: int = 10, seed: int = 0) -> SplitSummary:
     """Split the scored file ``input`` into ``out_dir/<partition>.parquet`` (every partition,
@@ -47,7 +55,7 @@ def split_scored(input: PathLike, out_dir: PathLike, *, html: PathLike | None = 
     from ncclean.report.noise import noise_estimate
 
     scored = open_scored(input)
-    out_dir = Path(out_dir)
+    out_dir = default_split_dir(input) if out_dir is None else Path(out_dir)
     paths = split_by_partition(scored.source, out_dir)
     written = {name: pq.ParquetFile(path).metadata.num_rows for name, path in paths.items()}
     if sum(written.values()) != scored.n_rows or written != scored.counts():

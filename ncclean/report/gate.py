@@ -13,6 +13,9 @@ from ncclean.errors import BadOptionError, NcCleanError
 from ncclean.records import Summary
 
 LIMITS = (NOISY, VAGUE, INVALID)
+DEFAULT_MAX_NOISY = 0.5
+"""The bound when none is given (no ``--max-*`` and no ``--against``): fail when more than half
+of the valid pairs are noisy, a corpus (or a scoring run) that is broken rather than noisy."""
 
 
 @dataclass(frozen=True)
@@ -39,14 +42,16 @@ def shares(counts: dict[str, int]) -> dict[str, float]:
             INVALID: counts.get(INVALID, 0) / total if total else 0.0}
 
 
-def check_limits(limits: dict[str, float | None], against: str | os.PathLike | None) -> None:
-    """Bounds must lie in [0, 1], and something must be checked."""
+def check_limits(limits: dict[str, float | None], against: str | os.PathLike | None
+                 ) -> dict[str, float | None]:
+    """Bounds must lie in [0, 1]; with none given and no ``against``, the default bound
+    (:data:`DEFAULT_MAX_NOISY` on the noisy share). Returns the limits to judge by."""
     for name, bound in limits.items():
         if bound is not None and not 0.0 <= bound <= 1.0:
             raise BadOptionError(f"--max-{name} must lie in [0, 1], got {bound}")
     if all(bound is None for bound in limits.values()) and against is None:
-        raise BadOptionError("nothing to check: give --max-noisy, --max-vague, --max-invalid "
-                             "or --against")
+        return {**limits, NOISY: DEFAULT_MAX_NOISY}
+    return limits
 
 
 def previous_shares(against: str | os.PathLike) -> dict[str, float]:
@@ -94,9 +99,10 @@ def check_scored(input: str | os.PathLike, limits: dict[str, float | None],
                  against: str | os.PathLike | None = None,
                  max_increase: float = 0.01) -> CheckResult:
     """Judge the scored file ``input`` (:func:`judge`), ``against`` a previous run's summary if
-    given; the limits are checked before the file is read."""
+    given; the limits are checked before the file is read (none given: the default,
+    :func:`check_limits`)."""
     from ncclean.data.scored import open_scored
 
-    check_limits(limits, against)
+    limits = check_limits(limits, against)
     previous = previous_shares(against) if against is not None else None
     return judge(input, open_scored(input).counts(), limits, previous, max_increase)

@@ -152,7 +152,7 @@ def test_internal_errors_are_one_line_and_debug_shows_the_traceback(capsys, shap
 
     monkeypatch.setattr(api, "inject_noise", broken)
     code, _, err = run(capsys, "inject-noise", shapes, "-o", tmp_path / "o.parquet")
-    assert code == 1
+    assert code == 3
     assert_one_line_error(err, "internal error: ZeroDivisionError: boom", "--debug")
     with pytest.raises(ZeroDivisionError):
         main(["--debug", "inject-noise", str(shapes), "-o", str(tmp_path / "o.parquet")])

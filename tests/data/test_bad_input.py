@@ -130,6 +130,31 @@ def noise_index(kind: str) -> Callable[[Path], Path]:
     return build
 
 
+def string_clean_prob(folder: Path) -> Path:
+    return write_parquet(folder / "in.parquet", {"partition": ["noisy", "clean_significant"],
+                                                 "clean_prob": ["0.1", "high"]})
+
+
+def foreign_default_output(folder: Path) -> Path:
+    """A corpus whose default output name (in.scored.parquet) holds a file of someone else's."""
+    path = embeddings("plain")(folder)
+    write_parquet(folder / "in.scored.parquet", {"theirs": [1]})
+    return path
+
+
+def scored_with_foreign_test(folder: Path) -> Path:
+    """A scored embedding corpus, and test.parquet naming its caption column 'text'."""
+    path = embeddings("plain")(folder)
+    from ncclean.data.schema import Columns
+
+    api.score(path, folder / "scored.parquet", "clip", columns=Columns(image_emb="img",
+                                                                      text_emb="txt"),
+              cache_dir=False)
+    table = pq.read_table(path)
+    pq.write_table(table.rename_columns(["text", "img", "txt"]), folder / "test.parquet")
+    return folder / "scored.parquet"
+
+
 IMAGE_INSPECT = ["inspect", "{input}", "--json"]
 CLIP = ["score", "{input}", "-o", "{dir}/out.parquet", "--method", "clip", "--image-emb-col",
         "img", "--text-emb-col", "txt", "--no-cache"]
@@ -176,12 +201,33 @@ CASES = [
     ("a published index on reordered rows", noise_index("published"),
      ["inject-noise", "{input}", "-o", "{dir}/noisy.parquet", "--index", "{dir}/index.npy"], 2,
      "the rows are not in the order it was made for", None),
+    ("a non-numeric clean_prob: check", string_clean_prob,
+     ["check", "{input}", "--max-noisy", "0.5"], 2, "clean_prob holds string, not numbers", None),
+    ("a non-numeric clean_prob: split", string_clean_prob, ["split", "{input}", "-o", "{dir}/s"],
+     2, "clean_prob holds string, not numbers", None),
+    ("a learning rate below zero", embeddings("plain"), [*CLIP, "-p", "lr=-1"], 2,
+     "method 'clip': -p lr must be > 0, got -1.0", None),
+    ("a noise rate and a threshold it would ignore", embeddings("plain"),
+     [*CLIP, "--noise-rate", "0.2", "--clean-above", "0.9"], 2,
+     "--noise-rate cuts by a share and wins over --clean-above", None),
+    ("score's default output over a file it did not write", foreign_default_output,
+     [a for a in CLIP if a not in ("-o", "{dir}/out.parquet")], 2,
+     "in.scored.parquet exists and was not written by 'ncclean score'", None),
+    ("split with no input and nothing scored from here", embeddings("plain"), ["split"], 2,
+     "no input given, and 'ncclean score' has written no file from this folder", None),
+    ("retrain: the test file lacks the caption column", scored_with_foreign_test,
+     ["retrain", "{input}", "--test", "{dir}/test.parquet", "--steps", "2"], 2,
+     "test file", None),
+    ("retrain: test columns named apart", scored_with_foreign_test,
+     ["retrain", "{input}", "--test", "{dir}/test.parquet", "--steps", "2",
+      "--test-caption-col", "text"], 0, "Recall@K", None),
 ]
 
 
 @pytest.mark.parametrize("build, args, code, said, unsaid",
                          [case[1:] for case in CASES], ids=[case[0] for case in CASES])
-def test_bad_input(tmp_path, capsys, build, args, code, said, unsaid):
+def test_bad_input(tmp_path, capsys, monkeypatch, build, args, code, said, unsaid):
+    monkeypatch.chdir(tmp_path)  # the commands that find their input from the current folder
     path = build(tmp_path)
     argv = [a.format(input=path, dir=tmp_path) for a in args]
     got = main(argv)

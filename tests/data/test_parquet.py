@@ -6,9 +6,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from ncclean.data.parquet import (
+    TEMP_MARK,
     atomic_path,
     check_output_path,
+    forget_created_folders,
+    is_write_error,
+    make_folder,
     open_pairs,
+    probe_writable,
+    remove_created_folders,
+    remove_stale_temps,
     sidecar_path,
     write_json,
     write_pairs,
@@ -129,3 +136,92 @@ def test_atomic_path_replaces_on_success_with_a_readable_mode(tmp_path):
     assert json.loads(dest.read_text())["a"] == 1
     assert dest.stat().st_mode & 0o044  # not mkstemp's private 0600
     assert sidecar_path(tmp_path / "scored.parquet").name == "scored.parquet.json"
+
+
+# ------------------------------------------- temp files of ours, probes, folders (issue 40.6-8)
+
+
+def test_temp_files_carry_our_mark_and_pid(tmp_path):
+    dest = tmp_path / "out.parquet"
+    with atomic_path(dest) as tmp:
+        assert tmp.name.startswith(f".out.parquet{TEMP_MARK}{os.getpid()}-")
+        assert tmp.name.endswith(".tmp") and tmp.parent == tmp_path
+        tmp.write_text("x")
+    assert sorted(os.listdir(tmp_path)) == ["out.parquet"]
+
+
+def test_stale_temps_of_dead_processes_are_removed_live_ones_kept(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(done.stdout)  # that process has exited
+    stale = tmp_path / f".out.parquet{TEMP_MARK}{dead}-abc123.tmp"
+    live = tmp_path / f".out.parquet{TEMP_MARK}{os.getpid()}-def456.tmp"
+    other = tmp_path / ".out.parquet.zz9.tmp"  # not ours: no mark
+    neighbour = tmp_path / f".other.parquet{TEMP_MARK}{dead}-abc123.tmp"
+    for path in (stale, live, other, neighbour):
+        path.write_bytes(b"partial")
+    write_json(tmp_path / "out.parquet", {"a": 1})  # any write to out.parquet cleans up
+    left = sorted(os.listdir(tmp_path))
+    assert stale.name not in left
+    assert {live.name, other.name, neighbour.name, "out.parquet"} == set(left)
+    assert remove_stale_temps(tmp_path / "other.parquet") == [neighbour]
+
+
+def test_output_folder_is_probed_before_any_work(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(OutputError, match="cannot write to .*Read-only file system"):
+        probe_writable(tmp_path / "out.parquet")
+    with pytest.raises(OutputError, match="Read-only file system"):
+        check_output_path(tmp_path / "sub" / "out.parquet")
+
+
+def test_folders_a_failed_run_created_are_removed_if_empty(tmp_path):
+    forget_created_folders()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    check_output_path(tmp_path / "a" / "b" / "out.parquet")
+    check_output_path(kept / "out.parquet")
+    make_folder(tmp_path / "full")
+    (tmp_path / "full" / "file").write_text("x")
+    removed = remove_created_folders()
+    assert set(removed) == {tmp_path / "a", tmp_path / "a" / "b"}
+    assert kept.is_dir() and (tmp_path / "full").is_dir() and not (tmp_path / "a").exists()
+
+
+def test_write_errors_become_one_output_error(tmp_path):
+    import errno
+
+    dest = tmp_path / "out.json"
+    with pytest.raises(OutputError, match="cannot write .*out.json: No space left"), \
+            atomic_path(dest) as tmp:
+        tmp.write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert os.listdir(tmp_path) == []
+    assert is_write_error(OSError("[Errno 28] Error writing bytes: No space left on device"))
+    assert not is_write_error(OSError(errno.ENOENT, "No such file"))
+
+
+def test_write_pairs_adds_key_value_metadata(tmp_path):
+    write_parquet_table = pq.write_table
+    write_parquet_table(_table(3), tmp_path / "in.parquet")
+    out = write_pairs(open_pairs(tmp_path / "in.parquet"), tmp_path / "out.parquet", {},
+                      metadata={"ncclean": '{"run": 1}'})
+    assert pq.read_schema(out).metadata[b"ncclean"] == b'{"run": 1}'
+
+
+def test_a_file_written_from_a_scored_one_does_not_inherit_its_run_record(tmp_path):
+    from ncclean.data.parquet import RECORD_KEY
+
+    table = _table(3).replace_schema_metadata({RECORD_KEY: '{"run": 1}', "other": "kept"})
+    pq.write_table(table, tmp_path / "scored.parquet")
+    out = write_pairs(open_pairs(tmp_path / "scored.parquet"), tmp_path / "noisy.parquet", {})
+    assert pq.read_schema(out).metadata == {b"other": b"kept"}

@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -79,3 +80,34 @@ def test_contract_violations_are_caught(corpus, tmp_path, bad, message):
 def test_nan_on_an_invalid_row_is_fine(corpus, tmp_path):
     write_results(corpus, tmp_path / "x.parquet",
                   results(clean_prob=np.array([0.9, 0.1, np.nan, 0.4, 0.8])), {})
+
+
+def test_the_run_record_is_in_the_parquet_itself(corpus, tmp_path):
+    from ncclean.data.results import RECORD_KEY
+
+    out = write_results(corpus, tmp_path / "scored.parquet", results(), {"method": "gmm"})
+    inside = json.loads(pq.read_schema(out).metadata[RECORD_KEY.encode()])
+    copy = json.loads((tmp_path / "scored.parquet.json").read_text())
+    assert inside == copy and inside["n_rows"] == 5 and inside["method"] == "gmm"
+
+
+def test_a_failed_json_copy_leaves_no_older_copy_beside_the_new_file(corpus, tmp_path,
+                                                                     monkeypatch):
+    import errno
+
+    from ncclean.data import results as results_module
+    from ncclean.errors import OutputError
+
+    out = tmp_path / "scored.parquet"
+    (tmp_path / "scored.parquet.json").write_text(json.dumps({"method": "an older run"}))
+
+    def full(*args, **kwargs):
+        raise OutputError(f"cannot write {out}.json: {os.strerror(errno.ENOSPC)}")
+
+    monkeypatch.setattr(results_module, "write_json", full)
+    with pytest.raises(OutputError):
+        write_results(corpus, out, results(), {"method": "gmm"})
+    assert not (tmp_path / "scored.parquet.json").exists()
+    from ncclean.data.scored import open_scored
+
+    assert open_scored(out).sidecar["method"] == "gmm"

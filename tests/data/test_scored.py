@@ -51,3 +51,25 @@ def test_fetch_rows_streams_only_the_wanted_rows(scored):
     assert sorted(got) == [0, 5, 89]
     for row, values in got.items():
         assert values == table[row]
+
+
+def test_the_record_in_the_file_wins_over_a_json_copy_of_another_run(tmp_path):
+    from ncclean.data.parquet import open_pairs, write_pairs
+
+    table = {"id": ["a", "b"], "partition": [CLEAN_SIGNIFICANT, NOISY], "clean_prob": [0.9, 0.1]}
+    write_parquet(tmp_path / "in.parquet", table)
+    out = write_pairs(open_pairs(tmp_path / "in.parquet"), tmp_path / "scored.parquet", {},
+                      metadata={"ncclean": json.dumps({"method": "clip", "run": "new"})})
+    (tmp_path / "scored.parquet.json").write_text(json.dumps({"method": "gmm", "run": "old"}))
+    assert open_scored(out).sidecar == {"method": "clip", "run": "new"}
+    # an older file with no record inside: its JSON sidecar is read
+    assert open_scored(tmp_path / "in.parquet").sidecar == {}
+    (tmp_path / "in.parquet.json").write_text(json.dumps({"method": "gmm"}))
+    assert open_scored(tmp_path / "in.parquet").sidecar == {"method": "gmm"}
+
+
+def test_non_numeric_clean_prob_is_bad_input(tmp_path):
+    path = write_parquet(tmp_path / "s.parquet", {"partition": [NOISY, VAGUE],
+                                                  "clean_prob": ["high", "low"]})
+    with pytest.raises(SchemaError, match="clean_prob holds string, not numbers"):
+        open_scored(path)

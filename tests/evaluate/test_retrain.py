@@ -1,7 +1,6 @@
 """``retrain``: arm selection, the step budget, and the command end to end on a tiny corpus."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -232,8 +231,9 @@ def test_keep_significant_trains_on_clean_significant_alone(scored, tmp_path, ca
     assert demoted and partition.count("clean_significant") > 0
     # a file scored without the significance stage has no insignificant pairs to leave out
     off = tmp_path / "off.parquet"
-    shutil.copy(path, off)
-    Path(f"{off}.json").write_text(json.dumps(sidecar | {"significance": "off"}))
+    record = sidecar | {"significance": "off"}
+    pq.write_table(table.replace_schema_metadata({"ncclean": json.dumps(record)}), off)
+    Path(f"{off}.json").write_text(json.dumps(record))
     assert main(["retrain", str(off), "--test", str(test), "--keep", "significant"]) == 2
     assert "--significance off" in capsys.readouterr().err
 

@@ -33,8 +33,8 @@ def test_judge_passes_within_bounds_and_fails_on_growth():
 def test_limits_and_previous_runs_are_checked(tmp_path):
     with pytest.raises(BadOptionError, match="--max-vague must lie in"):
         check_limits({"noisy": None, "vague": 1.5, "invalid": None}, None)
-    with pytest.raises(BadOptionError, match="nothing to check"):
-        check_limits({"noisy": None, "vague": None, "invalid": None}, None)
+    assert check_limits({"noisy": None, "vague": None, "invalid": None}, None) == {
+        "noisy": 0.5, "vague": None, "invalid": None}  # no bound given: the default
     (tmp_path / "run.json").write_text(json.dumps({"partition_counts": COUNTS}))
     assert previous_shares(tmp_path / "run.json")["noisy"] == 0.2
     with pytest.raises(NcCleanError, match="no such file"):
