@@ -79,6 +79,13 @@ def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
     return out
 
 
+#: With a CCA, pairs are ranked cross-fitted while the corpus has fewer pairs than this many
+#: times the two vectors' summed width (1,280 + 384 for ImageNet + e5: about 5,000 pairs): an
+#: in-sample fit that small fits its noisy pairs too (benchmarks/results/default-pipeline.md).
+CROSS_FIT_WIDTHS = 3
+CROSS_FIT_FOLDS = 10
+
+
 @dataclass
 class Clip(Method):
     """Cosine similarity, then a clean probability against shuffled pairs or from a
@@ -117,6 +124,10 @@ class Clip(Method):
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
         "from a two-component mixture")
+    rank: Literal["auto", "in-sample", "cross-fitted"] = param(
+        "auto", help="with a CCA: rank each pair by the fit on all pairs (in-sample) or by a fit "
+        "on the other nine tenths (cross-fitted); auto cross-fits below "
+        f"{CROSS_FIT_WIDTHS} times the two vectors' summed width in pairs")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
@@ -146,7 +157,16 @@ class Clip(Method):
         if alignment is not None:
             report["alignment"] = alignment.describe()
         null: NullEstimate | None = None
-        if space is not None:
+        if space is not None and alignment is not None and self._cross_fits(features):
+            null = null_noise_rate(space, features.image_group, features.text_group,
+                                   folds=CROSS_FIT_FOLDS, sample=features.n_pairs,
+                                   seed=context.seed, min_pairs=20)
+            if null is not None:  # every pair scored by a fit that did not see it
+                similarity = np.empty(features.n_pairs)
+                similarity[null.rows] = null.scores
+                report["rank"] = f"cross-fitted ({CROSS_FIT_FOLDS} folds)"
+            report["null"] = None if null is None else null.describe()
+        elif space is not None:
             null = null_noise_rate(space, features.image_group, features.text_group,
                                    folds=1 if alignment is None else 5, seed=context.seed)
             report["null"] = None if null is None else null.describe()
@@ -165,6 +185,13 @@ class Clip(Method):
         return MethodResult(clean_prob=clean_prob, columns={"clip_sim": similarity},
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
                             report=report)
+
+    def _cross_fits(self, features: Features) -> bool:
+        """Whether pairs are ranked by CCA fits that did not see them (``rank``)."""
+        if self.rank != "auto":
+            return self.rank == "cross-fitted"
+        width = features.image_data.shape[1] + features.text_data.shape[1]
+        return features.n_pairs < CROSS_FIT_WIDTHS * width
 
     def _aligned(self, embeddings: Embeddings,
                  features: Features) -> tuple[Embeddings, Alignment | None]:

@@ -53,6 +53,8 @@ class NullEstimate:
     scores: np.ndarray = field(repr=False, compare=False)
     null: np.ndarray = field(repr=False, compare=False)
     alpha: float = ALPHA
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False,
+                             compare=False)  # the pair of each entry of ``scores``
 
     def describe(self) -> dict:
         return {"noise_rate": self.noise_rate, "pairs": self.pairs,
@@ -93,14 +95,14 @@ class NullEstimate:
 
 def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarray, *,
                     folds: int = 5, sample: int = 50_000, shuffles: int = 3, seed: int = 0,
-                    alpha: float = ALPHA) -> NullEstimate | None:
+                    alpha: float = ALPHA, min_pairs: int = MIN_PAIRS) -> NullEstimate | None:
     """Estimate the noise rate of the pairs ``(image_group[i], text_group[i])``.
 
     ``space(fit)`` returns the cosine of a space fitted on the pairs ``fit`` (an index array),
     or, called with ``None``, of a fixed space; with ``folds`` of 1 it is called once with
     ``None``. At most ``sample`` pairs are scored (a seeded sample), each against ``shuffles``
     shuffles of its own fold, leaving out shuffled pairs that share the image or the caption
-    text. ``None`` when a fold has fewer than :data:`MIN_PAIRS` pairs or shuffled pairs (a tiny
+    text. ``None`` when a fold has fewer than ``min_pairs`` pairs or shuffled pairs (a tiny
     corpus, or one caption everywhere)."""
     if folds < 1:
         raise ValueError(f"folds must be at least 1, got {folds}")
@@ -108,11 +110,12 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
     n = len(image_group)
     chosen = np.sort(rng.choice(n, size=min(n, sample), replace=False))
     fold_of = rng.permutation(len(chosen)) % folds
-    if len(chosen) < folds * MIN_PAIRS:
+    if len(chosen) < folds * min_pairs:
         return None
-    all_scores, all_nulls = [], []
+    all_scores, all_nulls, all_rows = [], [], []
     for fold in range(folds):
         held = chosen[fold_of == fold]
+        all_rows.append(held)
         cosine = space(None if folds == 1 else chosen[fold_of != fold])
         nulls = []
         for _ in range(shuffles):
@@ -121,7 +124,7 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
                 (text_group[other] != text_group[held])
             nulls.append(cosine(image_group[held[mismatched]], text_group[other[mismatched]]))
         null = np.concatenate(nulls)
-        if len(null) < MIN_PAIRS:
+        if len(null) < min_pairs:
             return None
         # each fold's fit has its own scale: measured from its own null's alpha-quantile
         middle = np.quantile(null, alpha)
@@ -130,4 +133,5 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
     scores, null = np.concatenate(all_scores), np.concatenate(all_nulls)
     below = (scores < 0).mean()
     return NullEstimate(noise_rate=float(min(1.0, below / alpha)), pairs=len(scores),
-                        null_pairs=len(null), folds=folds, scores=scores, null=null, alpha=alpha)
+                        null_pairs=len(null), folds=folds, scores=scores, null=null, alpha=alpha,
+                        rows=np.concatenate(all_rows))
