@@ -30,7 +30,7 @@ test-all: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p demo
 	$(BIN)/ncclean inject-noise examples/clipart-300.parquet -o demo/clipart-noisy.parquet --ratio 0.3 --seed 0 --move-with-image category
-	$(BIN)/ncclean score demo/clipart-noisy.parquet -o demo/clipart-scored.parquet --seed 0 --epochs 15 --cache-dir demo/cache
+	$(BIN)/ncclean score demo/clipart-noisy.parquet -o demo/clipart-scored.parquet --seed 0 --cache-dir demo/cache
 	$(BIN)/ncclean split demo/clipart-scored.parquet -o demo/split --report --html demo/report.html
 
 clean:

@@ -94,7 +94,7 @@ def inspect(input: PathLike, columns: Columns = Columns(), *, strict: bool = Fal
 def score(
     input: PathLike,
     output: PathLike | None = None,
-    method: str = "gmm",
+    method: str = "auto",
     params: dict | None = None,
     *,
     columns: Columns = Columns(),

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.helpers import huge_png, png_bytes, write_parquet
+
+# The suite scores tiny corpora many times: the towers trained from scratch keep it fast and its
+# expectations fixed. tests/test_default_pipeline.py checks the pretrained default itself. Set
+# here, at import, so the CLI subprocesses the tests start inherit it.
+os.environ.setdefault("NCCLEAN_TOWERS", "scratch")
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ def _display_type(self, ctx) -> str | None:
         from ncclean.methods.base import available_methods
 
         names = [n for n, target in available_methods().items() if not target.startswith("clash")]
-        return "<" + "|".join(names) + ">"
+        return "<" + "|".join(["auto", *names]) + ">"
     return _typer_display_type(self, ctx)
 
 

@@ -30,7 +30,8 @@ def score(
         "beside it; never over a file 'score' did not write].", show_default=False)] = None,
     method: Annotated[str, typer.Option(
         metavar=options.METHOD_METAVAR,
-        help="Method name ('ncclean methods' describes them).")] = "gmm",
+        help="Method name ('ncclean methods' describes them); auto: clip on pretrained towers, "
+        "gmm on towers trained from scratch.")] = "auto",
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="A method parameter as KEY=VALUE (repeatable), e.g. -p epochs=10; "
         "'ncclean methods NAME' lists them.")] = None,

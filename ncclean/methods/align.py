@@ -119,8 +119,9 @@ def _pair_moments(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray
 
 
 def _block(table: np.ndarray, index: np.ndarray | slice) -> torch.Tensor:
-    """Rows ``index`` of a feature table as a float32 tensor."""
-    return torch.from_numpy(np.ascontiguousarray(table[index])).float()
+    """Rows ``index`` of a feature table as a float32 tensor (a copy: cached tables are
+    read-only)."""
+    return torch.from_numpy(np.array(table[index], dtype=np.float32))
 
 
 def _whitener(cov: np.ndarray, ridge: float) -> np.ndarray:

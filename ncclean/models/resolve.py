@@ -55,7 +55,7 @@ def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embe
     from ncclean.errors import BadOptionError
     from ncclean.models.checkpoint import load_matcher as load_checkpoint
     from ncclean.models.matcher import MatcherConfig
-    from ncclean.models.registry import IMAGE_TOWERS, TEXT_TOWERS
+    from ncclean.models.registry import IMAGE_TOWERS, TEXT_TOWERS, default_towers
 
     clip = {k: v for k, v in (clip or {}).items() if v is not None}
     has_clip = bool(clip.get("pretrained") or clip.get("checkpoint"))
@@ -64,10 +64,11 @@ def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embe
         initial = load_checkpoint(load_matcher, device)
         config = initial.config
     else:
+        fallback = default_towers()
         image_tower = image_encoder if image_encoder != "auto" else \
-            ("column" if columns.image_emb else "clip" if has_clip else "pixels")
+            ("column" if columns.image_emb else "clip" if has_clip else fallback[0])
         text_tower = text_encoder if text_encoder != "auto" else \
-            ("column" if columns.text_emb else "clip" if has_clip else "tokens")
+            ("column" if columns.text_emb else "clip" if has_clip else fallback[1])
         if image_tower not in IMAGE_TOWERS or text_tower not in TEXT_TOWERS:
             raise BadOptionError(f"encoders: image one of {IMAGE_TOWERS}, text one of "
                                  f"{TEXT_TOWERS}; got {image_encoder!r}, {text_encoder!r}")
