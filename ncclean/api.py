@@ -399,6 +399,9 @@ def score(
     began = time.perf_counter()
     device = resolve_device(device)
     chosen = make_method(method, params)
+    if save_matcher is not None and not getattr(chosen, "saves_matcher", True):
+        raise BadOptionError(f"--save-matcher: the checkpoint format cannot hold {method}'s "
+                             "matcher yet (it adds heads to a plain matcher); score without it")
     if isinstance(noise_rate, str) and noise_rate != "auto":
         raise BadOptionError(f"--noise-rate must be a number in [0, 1] or auto, got {noise_rate!r}")
     if significance is not None and significance not in (*MODES, "off"):
