@@ -34,6 +34,7 @@ ROWS = [
     ("+ L_reg (full)", "disncl", ["terms=full"]),
 ]
 EXTRA = [
+    ("full, clean_rank=10", "disncl", ["clean_rank=10"]),
     ("full, forward CE", "disncl", ["soft_loss=forward"]),
     ("full, hardest negative", "disncl", ["robust_loss=hardest"]),
 ]

@@ -183,14 +183,15 @@ class DisNCLNet(nn.Module):
         return [list(self.matcher.parameters()), list(self.critics.parameters())]
 
 
-def mutual_argmax(sims: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
+def mutual_argmax(sims: torch.Tensor, negatives: torch.Tensor, rank: int = 1) -> torch.Tensor:
     """Eq. 2: ``(B,) bool``, pair ``i`` is the argmax of its row and of its column of ``sims``
-    ``(B, B)``, over the valid negatives (:func:`ncclean.train.losses.negative_mask`) and
-    itself: a duplicate caption or a second caption of the image cannot outrank it."""
-    keep = negatives | torch.eye(len(sims), dtype=torch.bool, device=sims.device)
-    masked = sims.masked_fill(~keep, float("-inf"))
-    own = torch.arange(len(sims), device=sims.device)
-    return (masked.argmax(dim=1) == own) & (masked.argmax(dim=0) == own)
+    ``(B, B)`` among the valid negatives (:func:`ncclean.train.losses.negative_mask`) and
+    itself, so a duplicate caption or a second caption of the image cannot outrank it (a tie
+    keeps the pair). ``rank > 1`` (ours): fewer than ``rank`` valid negatives beat it in its row
+    and in its column."""
+    positive = sims.diagonal()
+    above = (sims > positive[:, None]) & negatives, (sims > positive[None, :]) & negatives
+    return (above[0].sum(dim=1) < rank) & (above[1].sum(dim=0) < rank)
 
 
 def soft_alignment(sims: torch.Tensor, negatives: torch.Tensor, clean: torch.Tensor,
@@ -278,7 +279,7 @@ class Disentangle(Objective):
         if epoch < self.warmup:
             return self.hinge(sims, mask, m.margin).sum()
 
-        clean = mutual_argmax(sims.detach(), mask)
+        clean = mutual_argmax(sims.detach(), mask, m.clean_rank)
         self._add("clean_share", float(clean.sum()), len(clean))
         margins = soft_margin(sims.diagonal().detach().clamp(0.0, 1.0), m.margin,
                               m.soft_margin_base)
@@ -336,14 +337,14 @@ class Disentangle(Objective):
 
 
 def keep_share(embeddings: Embeddings, features: Features, batch_size: int, passes: int,
-               seed: int) -> np.ndarray:
+               seed: int, rank: int = 1) -> np.ndarray:
     """``(n_pairs,) float32``: the share of ``passes`` fixed seeded batchings of the corpus in
-    which each pair is a mutual in-batch argmax (Eq. 2). Deterministic."""
+    which each pair is in the clean set (:func:`mutual_argmax`). Deterministic."""
     total = np.zeros(features.n_pairs)
     for k in range(passes):
         rng = np.random.default_rng([seed, 5147, k])
         for pairs, sims, mask in fixed_batches(embeddings, features, batch_size, rng):
-            total[pairs] += mutual_argmax(sims, mask).numpy()
+            total[pairs] += mutual_argmax(sims, mask, rank).numpy()
     return (total / passes).astype(np.float32)
 
 
@@ -382,6 +383,7 @@ class DisNCL(Method):
     temperature: float = param(0.05, low=0, low_open=True, help="softmax temperature tau")
     margin: float = param(0.2, low=0, help="hinge margin alpha")
     soft_margin_base: float = param(10.0, low=1, low_open=True, help="soft-margin base m")
+    clean_rank: int = param(1, low=1, help="clean when within this rank both ways (1: Eq. 2)")
     robust_loss: Literal["mean", "hardest"] = param("mean", help="L_align's negatives")
     soft_loss: Literal["reverse", "forward"] = param("reverse", help="L_soft's cross-entropy")
     soft_columns: Literal["all", "clean"] = param("all", help="noisy items as candidates")
@@ -420,7 +422,7 @@ class DisNCL(Method):
                                        negatives=self.negatives, pool_size=self.pool_size,
                                        batch_size=self.batch_size, seed=context.seed),
             "disncl_keep": keep_share(embeddings, features, self.batch_size, self.keep_passes,
-                                      context.seed),
+                                      context.seed, self.clean_rank),
             "disncl_x_sim": embed(ExclusiveView(matcher).eval(), features, context.device,
                                   dtype=dtype).pair_similarity(features),
         }

@@ -59,8 +59,10 @@ def test_mutual_argmax_ignores_masked_duplicates():
     assert mutual_argmax(sims, distinct).tolist() == [False, False, True]
     # a row winner that is not the column winner is not mutual
     sims = torch.tensor([[0.9, 0.1], [0.95, 0.2]])
-    assert mutual_argmax(sims, negative_mask(torch.tensor([0, 1]),
-                                             torch.tensor([0, 1]))).tolist() == [False, False]
+    two = negative_mask(torch.tensor([0, 1]), torch.tensor([0, 1]))
+    assert mutual_argmax(sims, two).tolist() == [False, False]
+    # ours: within the top 2 both ways
+    assert mutual_argmax(sims, two, rank=2).tolist() == [True, True]
 
 
 def _grads(reverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
