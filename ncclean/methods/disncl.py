@@ -76,7 +76,6 @@ from ncclean.train.losses import hardest_negative_hinge, mean_hinge, negative_ma
 from ncclean.train.scoring import Embeddings, embed, fixed_batches, kept_dtype, pair_losses
 
 TERMS = ("align", "align+dis", "align+dis+soft", "full")  # Table V's rows, in order
-LOG_FLOOR = math.log(1e-4)  # reverse cross-entropy's log 0 (SCE's clip)
 # name: (first, second, adversarial). F = the matcher's joint embedding, S/X = the heads.
 CRITICS = {"VS_FT": ("VS", "FT", False), "TS_FV": ("TS", "FV", False),
            "VX_FV": ("VX", "FV", False), "TX_FT": ("TX", "FT", False),
@@ -118,36 +117,29 @@ class DisentangledMatcher(nn.Module):
         self.config = backbone.config
         self.head_dim = head_dim
         d = backbone.embed_dim
+        # Unit vectors have coordinates of size 1/sqrt(d): scaled to size 1, the heads' inputs
+        # outweigh their biases at initialisation (else every output is nearly the bias).
         self.scale = math.sqrt(d)
-        self.image_invariant, self.image_exclusive = mlp(d, head_dim, hidden), mlp(d, head_dim,
-                                                                                   hidden)
-        self.text_invariant, self.text_exclusive = mlp(d, head_dim, hidden), mlp(d, head_dim,
-                                                                                 hidden)
+        self.image_invariant, self.image_exclusive, self.text_invariant, self.text_exclusive = (
+            mlp(d, head_dim, hidden) for _ in range(4))
 
     @property
     def embed_dim(self) -> int:
         return self.head_dim
 
-    def _joint(self, unit: torch.Tensor) -> torch.Tensor:
-        # Unit vectors have coordinates of size 1/sqrt(d): scaled to size 1, the heads' inputs
-        # outweigh their biases at initialisation (else every output is nearly the bias).
-        return unit * self.scale
-
     def split_images(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        joint = self._joint(self.backbone.encode_images(*inputs))
+        joint = self.backbone.encode_images(*inputs) * self.scale
         return joint, self.image_invariant(joint), self.image_exclusive(joint)
 
     def split_texts(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        joint = self._joint(self.backbone.encode_texts(*inputs))
+        joint = self.backbone.encode_texts(*inputs) * self.scale
         return joint, self.text_invariant(joint), self.text_exclusive(joint)
 
     def encode_images(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.image_invariant(self._joint(
-            self.backbone.encode_images(*inputs))), dim=-1)
+        return F.normalize(self.split_images(*inputs)[1], dim=-1)
 
     def encode_texts(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.text_invariant(self._joint(
-            self.backbone.encode_texts(*inputs))), dim=-1)
+        return F.normalize(self.split_texts(*inputs)[1], dim=-1)
 
 
 class ExclusiveView(nn.Module):
