@@ -8,51 +8,48 @@ inference does. Each piece below is marked **paper**, **intent** (the authors' i
 where the text is silent or ambiguous) or **ours**.
 
 - Heads and discriminators: 3-layer MLPs, hidden 256, LeakyReLU 0.2 (paper). The heads read the
-  matcher's unit-length joint embeddings and give ``head_dim`` wide vectors, half the matcher's
-  width by default (ours; the paper: 1,024 to 512). The similarity ``H`` is the cosine of
-  ``V_S`` and ``T_S`` (ours: the paper's is SGRAF's learned similarity).
-- Clean set of a batch (Eq. 2, paper): pairs that are the mutual in-batch argmax of ``H``;
-  another caption of the same image, or the same caption text, is masked out of both argmaxes
-  (ours, as in every loss here). Recomputed on every training batch, detached.
+  matcher's unit joint embeddings times ``sqrt(d)`` and give ``head_dim`` wide vectors, half the
+  matcher's width by default (ours; the paper: 1,024 to 512). ``H`` is the cosine of ``V_S`` and
+  ``T_S`` (ours: the paper's is SGRAF's learned similarity).
+- Clean set of a batch (Eq. 2, paper): the mutual in-batch argmax of ``H``, recomputed on every
+  training batch; another caption of the same image, or the same caption text, is masked out of
+  both argmaxes (ours, as in every loss here). ``clean_rank=k`` (ours) keeps a pair whose partner
+  is within the top ``k`` both ways: from scratch on clip art, Eq. 2 keeps about 1% of a batch
+  (``benchmarks/results/disncl.md``).
 - ``L_align`` (Eq. 3, paper): hinge on the clean pairs with the soft margin
-  ``alpha (m^H_ii - 1) / (m - 1)``; ``H_ii`` is detached (intent, as NCR's labels are) and clipped
-  to [0, 1] (ours: a cosine can be negative). ``robust_loss="hardest"`` is the paper's
-  hardest-negative form; the default ``"mean"`` (ours) averages over the valid negatives, because
-  the hardest-negative form collapsed from scratch for ``gmm`` (``benchmarks/RESULTS.md``).
-- ``L_soft`` (Eq. 4-6): bootstrapped cross-modal soft targets ``y = beta3 e_i + (1 - beta3) p``
-  of the other direction, detached (intent), at temperature ``tau``. The paper's "entropy
-  function" ``H(p, y)`` is ambiguous: ``soft_loss="reverse"`` is ``-sum_j p_j log y_j`` with
-  ``log y`` clipped at ``log 1e-4`` (bounded and symmetric: the reading Theorem 3's argument,
-  after Ghosh et al., needs; the default); ``"forward"`` the ordinary bootstrapped cross-entropy
-  ``-sum_j y_j log p_j`` (unbounded). Eq. 4 zeroes the noisy rows, which Eq. 6 skips anyway
-  (``soft_columns="all"``, paper as written); ``"clean"`` also removes noisy items as
+  ``alpha (m^H_ii - 1) / (m - 1)``, ``H_ii`` detached (intent, as NCR's labels) and clipped to
+  [0, 1] (ours: a cosine can be negative). ``robust_loss="hardest"`` is the paper's form; the
+  default ``"mean"`` (ours) averages over the valid negatives: the hardest-negative form
+  collapsed from scratch for ``gmm`` (``benchmarks/RESULTS.md``).
+- ``L_soft`` (Eq. 4-6): cross-modal bootstrapped targets ``y = beta3 e_i + (1 - beta3) p`` of
+  the other direction, detached (intent). The paper's "entropy function" ``H(p, y)`` is
+  ambiguous: ``soft_loss="reverse"`` (default) is ``-sum_j p_j log y_j`` with ``y`` clipped at
+  1e-4, bounded and symmetric, the reading Theorem 3's argument (after Ghosh et al.) needs;
+  ``"forward"`` is the usual, unbounded ``-sum_j y_j log p_j``. Eq. 4 zeroes noisy rows, which
+  Eq. 6 skips anyway (``soft_columns="all"``, as written); ``"clean"`` also drops noisy items as
   candidates from every softmax (intent).
-- ``L_Dis`` (Eq. 1, 9-12) on the clean pairs: ``gamma L_S + (1 - gamma) L_X``. Mutual
-  informations are Jensen-Shannon estimates with one discriminator each (paper), on the
-  concatenated vectors (intent); joint samples are the pairs, marginal samples the batch rolled by
-  one, skipping partners with the same image or caption (intent). ``I(T; V_S)``, ``I(V; T_S)``,
-  ``I(V; V_X)``, ``I(T; T_X)`` are maximised by encoders and discriminators together; the
-  conditional terms are the KL bound of Eq. 10 with unit variances, ``beta1 ||V_S - T_S||^2``
+- ``L_Dis`` (Eq. 1, 9-12) on the clean pairs, ``gamma L_S + (1 - gamma) L_X``: Jensen-Shannon
+  estimates with one discriminator per information (paper; eight in all), on concatenated
+  vectors, marginals the batch rolled by one without partners sharing an image or caption
+  (intent). ``I(T; V_S)``, ``I(V; T_S)``, ``I(V; V_X)``, ``I(T; T_X)`` are maximised by encoders
+  and discriminators together; Eq. 10's KL bound with unit variances is ``beta1 ||V_S - T_S||^2``
   on the raw head outputs (paper); ``I(T; V_X)``, ``I(V; T_X)`` (weight ``1 + beta2``, Eq. 11)
-  and ``L_reg`` (Eq. 7, ``I(V_S; V_X) + I(T_S; T_X)``, on the whole batch: intent) are min-max
-  games (Eq. 12). The paper gives no mechanism for the games; here a gradient reversal
-  (Ganin & Lempitsky) between encoders and discriminators lets the loop's one optimiser step
-  serve both players (ours). Eight discriminators, each its own (the paper's text, literally).
-- Schedule: warm-up with ``L_align`` at the constant margin ``alpha`` on every pair (paper;
-  whether Eq. 2 filters the warm-up is not said: NCR's warm-up uses all pairs), then the full
-  loss (Eq. 8, unit weights; ``terms`` drops the later terms in Table V's order). Adam 2e-4,
-  x0.1 at half of the main training (paper); batch 128, ``tau`` 0.05, ``alpha`` 0.2, ``m`` 10,
-  ``gamma`` 0.5, ``beta1 = beta2 = 0.1``, ``beta3`` 0.5 (paper). Epochs follow ``gmm``'s step
-  rule (:func:`ncclean.methods.gmm.schedule`, with its fifth for a head on fixed image vectors):
-  the paper's 5 + 50 epochs are far more steps than a CPU affords or a small corpus survives
-  (ours). Gradients are clipped at 2.0 (ours, as every method here), the encoder and the
-  discriminators each on its own.
-- Per pair (ours; the paper gives no per-pair score): ``disncl_sim`` the invariant cosine;
-  ``disncl_loss`` its mean hinge against a fixed pool (as ``gmm``'s division); ``disncl_keep``
-  the share of ``keep_passes`` fixed seeded batchings in which the pair is a mutual argmax (Eq. 2
-  made deterministic); ``disncl_x_sim`` the exclusive-space cosine. ``clean_prob`` is the shared
-  mixture's clean posterior on ``score`` (``loss`` by default). The report holds, per epoch, the
-  clean-set share, each term's mean and each discriminator's accuracy.
+  and ``L_reg`` (Eq. 7, on the whole batch: intent) are min-max games (Eq. 12). The paper gives
+  no mechanism for the games: a gradient reversal between encoders and discriminators lets the
+  loop's one optimiser step serve both players (ours).
+- Schedule: warm-up with ``L_align`` at the constant margin on every pair (paper; NCR-style, the
+  paper does not say whether Eq. 2 filters it), then Eq. 8 with unit weights (``terms`` drops
+  terms in Table V's order). Adam 2e-4, x0.1 at half of the main training, batch 128, ``tau``
+  0.05, ``alpha`` 0.2, ``m`` 10, ``gamma`` 0.5, ``beta1 = beta2 = 0.1``, ``beta3`` 0.5 (paper).
+  Epochs follow ``gmm``'s step rule (:func:`ncclean.methods.gmm.schedule`, a fifth for a head on
+  fixed image vectors), not 5 + 50 (ours); gradients clipped at 2.0, encoder and discriminators
+  each on its own (ours).
+- Per pair (ours; the paper scores no pair): ``disncl_sim`` the invariant cosine; ``disncl_loss``
+  its mean hinge against a fixed pool (as ``gmm``'s division); ``disncl_keep`` the share of
+  ``keep_passes`` fixed seeded batchings in which the pair is in the clean set (Eq. 2 made
+  deterministic); ``disncl_x_sim`` the exclusive cosine. ``clean_prob``: the shared mixture on
+  ``score`` (``loss``). The report holds, per epoch, the clean-set share, each term's mean and
+  each discriminator's accuracy.
 """
 
 from __future__ import annotations
