@@ -37,6 +37,7 @@ ENTRY_POINT_GROUP = "ncclean.methods"
 BUILTIN: dict[str, str] = {
     "clip": "ncclean.methods.clip:Clip",
     "crcl": "ncclean.methods.crcl:CRCL",
+    "disncl": "ncclean.methods.disncl:DisNCL",
     "gmm": "ncclean.methods.gmm:GMM",
     "pc2": "ncclean.methods.pc2:PC2",
     "sdd": "ncclean.methods.sdd:SDD",

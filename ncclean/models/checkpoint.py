@@ -33,6 +33,9 @@ def save_matcher(path: str | os.PathLike, matcher: Matcher | Ensemble,
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     members = list(matcher.members) if isinstance(matcher, Ensemble) else [matcher]
+    if not all(isinstance(member, Matcher) for member in members):
+        raise CheckpointError(f"cannot save a {type(matcher).__name__}: a checkpoint holds "
+                              "plain matchers only")
     tensors = {f"member{k}.{name}": value.detach().cpu().contiguous()
                for k, member in enumerate(members)
                for name, value in member.state_dict().items()}

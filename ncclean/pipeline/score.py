@@ -176,6 +176,9 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
                                  f"{config.image_tower} and {config.text_tower} towers; name "
                                  "--method to choose another)") from None
     check_learning_rates(method, chosen.params())
+    if run.save_matcher is not None and not getattr(chosen, "saves_matcher", True):
+        raise BadOptionError(f"--save-matcher: the checkpoint format cannot hold {method}'s "
+                             "matcher yet (it adds heads to a plain matcher); score without it")
     max_pixels = run.max_image_pixels or DEFAULT_MAX_PIXELS
     warnings = [w for w in [resume_warning(run)] if w]
 

@@ -1,0 +1,160 @@
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from torch import nn
+
+from ncclean import api
+from ncclean.cli import main
+from ncclean.errors import BadOptionError
+from ncclean.methods.base import make_method
+from ncclean.methods.disncl import (
+    CRITICS,
+    DisNCL,
+    jsd_information,
+    mutual_argmax,
+    reverse_gradient,
+    soft_alignment,
+)
+from ncclean.testing import check_method
+from ncclean.train.losses import negative_mask
+
+SMALL = dict(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64, keep_passes=2)
+COLUMNS = {"disncl_sim", "disncl_loss", "disncl_keep", "disncl_x_sim"}
+
+
+def test_passes_the_conformance_suite():
+    result = check_method(DisNCL(**SMALL))
+    assert set(result.columns) == COLUMNS
+    keep = result.columns["disncl_keep"]
+    assert set(np.unique(keep)) <= {0.0, 0.5, 1.0}
+    last = result.report["history"][-1]
+    assert 0.0 <= last["clean_share"] <= 1.0
+    accuracies = {name: last[f"accuracy_{name}"] for name in CRITICS if f"accuracy_{name}" in last}
+    assert {"VS_VX", "TS_TX"} <= set(accuracies)  # L_reg runs on every batch
+    assert all(0.0 <= value <= 1.0 for value in accuracies.values())
+    # the returned matcher encodes into the invariant space
+    assert result.matcher.embed_dim == result.report["head_dim"]
+
+
+def test_parameters_are_declared_and_checked():
+    assert make_method("disncl", {"terms": "align+dis", "soft_loss": "forward"}).terms == \
+        "align+dis"
+    with pytest.raises(BadOptionError, match="terms"):
+        make_method("disncl", {"terms": "everything"})
+    with pytest.raises(BadOptionError, match="gamma"):
+        DisNCL(gamma=1.5)
+
+
+def test_mutual_argmax_ignores_masked_duplicates():
+    # pair 0's caption is beaten by pair 1's, but pair 1 shows the same image: not a rival.
+    sims = torch.tensor([[0.5, 0.9, 0.1], [0.9, 0.5, 0.1], [0.1, 0.2, 0.8]])
+    images, texts = torch.tensor([0, 0, 1]), torch.tensor([0, 1, 2])
+    assert mutual_argmax(sims, negative_mask(images, texts)).tolist() == [True, True, True]
+    # with three distinct images, the off-diagonal winner drops both pairs
+    distinct = negative_mask(torch.tensor([0, 1, 2]), texts)
+    assert mutual_argmax(sims, distinct).tolist() == [False, False, True]
+    # a row winner that is not the column winner is not mutual
+    sims = torch.tensor([[0.9, 0.1], [0.95, 0.2]])
+    two = negative_mask(torch.tensor([0, 1]), torch.tensor([0, 1]))
+    assert mutual_argmax(sims, two).tolist() == [False, False]
+    # ours: within the top 2 both ways
+    assert mutual_argmax(sims, two, rank=2).tolist() == [True, True]
+
+
+def _grads(reverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    encoder, critic = nn.Linear(4, 3), nn.Linear(6, 1)
+    x, y = torch.randn(8, 4), torch.randn(8, 3)
+    code = encoder(x)
+    code = reverse_gradient(code) if reverse else code
+    estimate, _, _ = jsd_information(critic, code, y, (torch.arange(8), torch.arange(8)))
+    (-estimate).backward()
+    return encoder.weight.grad.clone(), critic.weight.grad.clone()
+
+
+def test_gradient_reversal_flips_only_the_encoder_side():
+    encoder, critic = _grads(reverse=False)
+    encoder_reversed, critic_reversed = _grads(reverse=True)
+    assert encoder.abs().sum() > 0
+    assert torch.allclose(encoder_reversed, -encoder)
+    assert torch.allclose(critic_reversed, critic)
+
+
+def test_jsd_estimate_is_at_most_zero_and_skips_shared_partners():
+    critic = nn.Linear(4, 1)
+    a, b = torch.randn(6, 2), torch.randn(6, 2)
+    estimate, right, count = jsd_information(critic, a, b, (torch.arange(6), torch.arange(6)))
+    assert estimate <= 0 and count == 12 and 0 <= right <= 12
+    same_image = torch.zeros(6, dtype=torch.long)  # every rolled partner shows the same image
+    _, _, count = jsd_information(critic, a, b, (same_image, torch.arange(6)))
+    assert count == 6
+
+
+def test_reverse_soft_loss_is_bounded_and_forward_is_not():
+    generator = torch.Generator().manual_seed(0)
+    bound = -2 * math.log(1e-4)
+    clean = torch.ones(16, dtype=torch.bool)
+    mask = negative_mask(torch.arange(16), torch.arange(16))
+    worst_forward = 0.0
+    for scale in (1.0, 10.0, 1000.0):
+        sims = torch.randn(16, 16, generator=generator) * scale
+        sims.fill_diagonal_(-scale)  # every positive the worst in its row and column
+        for columns in ("all", "clean"):
+            reverse = soft_alignment(sims, mask, clean, 0.05, 1.0, "reverse", columns)
+            assert torch.isfinite(reverse).all()
+            assert (reverse >= 0).all() and (reverse <= bound + 1e-4).all()
+        forward = soft_alignment(sims, mask, clean, 0.05, 1.0, "forward")
+        worst_forward = max(worst_forward, float(forward.max()))
+    assert worst_forward > 100 * bound
+    # pairs outside the clean set contribute nothing
+    noisy = torch.zeros(16, dtype=torch.bool)
+    assert soft_alignment(sims, mask, noisy, 0.05, 0.5).abs().sum() == 0
+
+
+def test_same_seed_same_scores_and_another_seed_differs():
+    from ncclean.methods.base import Context
+    from ncclean.testing import tiny_features
+
+    features, config, _ = tiny_features(n_images=12)
+    runs = [DisNCL(**SMALL).fit(features, Context(seed=s, matcher_config=config))
+            for s in (3, 3, 4)]
+    assert np.array_equal(runs[0].clean_prob, runs[1].clean_prob)
+    assert np.array_equal(runs[0].columns["disncl_sim"], runs[1].columns["disncl_sim"])
+    assert not np.array_equal(runs[0].columns["disncl_sim"], runs[2].columns["disncl_sim"])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("disncl")
+    api.synth(folder / "clean.parquet", n_images=16, captions_per_image=2, seed=0)
+    api.inject_noise(folder / "clean.parquet", folder / "noisy.parquet", ratio=0.4, seed=0)
+    return folder
+
+
+def _score(corpus, out, *extra: str) -> int:
+    return main(["score", str(corpus / "noisy.parquet"), "-o", str(out), "--method", "disncl",
+                 "-p", "warmup_epochs=1", "-p", "epochs=1", "-p", "batch_size=16",
+                 "-p", "terms=full", "-p", "soft_loss=forward", "--no-cache", *extra])
+
+
+def test_cli_writes_the_columns_and_the_same_seed_writes_the_same_file(corpus, capsys):
+    first, second = corpus / "a.parquet", corpus / "b.parquet"
+    assert _score(corpus, first) == 0, capsys.readouterr().err
+    assert _score(corpus, second) == 0
+    table = pq.read_table(first)
+    assert set(table.column_names) >= COLUMNS
+    assert table.equals(pq.read_table(second))
+    sidecar = json.loads((corpus / "a.parquet.json").read_text())
+    assert sidecar["report"]["history"][-1]["clean_share"] >= 0
+    assert sidecar["detection_vs_noisy_gt"]["auroc"] is not None
+
+
+def test_cli_refuses_to_save_the_matcher_in_one_line(corpus, capsys):
+    code = _score(corpus, corpus / "c.parquet", "--save-matcher", str(corpus / "m.safetensors"))
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--save-matcher" in err
+    assert not (corpus / "c.parquet").exists()
