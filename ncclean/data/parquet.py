@@ -237,6 +237,7 @@ def write_pairs(
     *,
     batch_rows: int = BATCH_ROWS,
     computed: tuple[list[pa.Field], Compute] | None = None,
+    metadata: Mapping[bytes, bytes] | None = None,
 ) -> Path:
     """Write every input row and column to ``out`` with ``updates`` applied, atomically.
 
@@ -263,6 +264,8 @@ def write_pairs(
     fields = [new_fields.get(field.name, field) for field in source.schema]
     fields += [new_fields[name] for name in appended]
     schema = pa.schema(fields, metadata=source.schema.metadata)
+    if metadata:
+        schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
 
     read_columns = [n for n in source.schema.names if n not in replaced]
     with atomic_path(out) as tmp, pq.ParquetWriter(

@@ -52,11 +52,15 @@ def decoded_size(config) -> int | None:
 
 def score_corpus(input: PathLike, output: PathLike, method: str, params: dict | None,
                  columns: Columns, matcher: MatcherOptions, cut: Cut, stages: StageOptions,
-                 run: RunOptions, device: str, progress: Progress = no_progress) -> ScoreSummary:
+                 run: RunOptions, device: str, progress: Progress = no_progress,
+                 on_scored=None) -> ScoreSummary:
     """Score every pair of ``input`` with ``method`` and write the output contract to ``output``
     (plus ``<output>.json``); ``device`` is ``run.device`` resolved
     (:func:`ncclean.device.resolve_device`). Checks what it can before any training: the method
-    and its ``params``, the encoders, the output path, that two pairs are usable."""
+    and its ``params``, the encoders, the output path, that two pairs are usable.
+    ``on_scored(state)``, when given, sees the run's in-memory state (a dict: ``corpus``,
+    ``features``, ``result``, ``clean_prob``, ``parts``, ``stages``, ``cut``, ``config``) before
+    the output is written: :mod:`ncclean.pipeline.fit` keeps a fit from it."""
     import numpy as np
 
     from ncclean.data.corpus import read_corpus
@@ -112,6 +116,10 @@ def score_corpus(input: PathLike, output: PathLike, method: str, params: dict | 
                        rare=counts <= resolved.rare_count, seed=run.seed, device=device,
                        progress=progress)
     seconds["stages"] = time.perf_counter() - staged
+    if on_scored is not None:
+        on_scored({"corpus": corpus, "features": features, "result": result,
+                   "clean_prob": clean_prob, "parts": parts, "stages": added, "cut": resolved,
+                   "config": config})
     sidecar = {
         "command": "score", "input": str(input), "method": method, "params": chosen.params(),
         "seed": run.seed, "device": device,
