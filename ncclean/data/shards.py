@@ -103,15 +103,16 @@ def smallest_keys(keys: np.ndarray, n: int, kept: np.ndarray | None = None) -> n
 
 def output_complete(path: Path, fit_hash: str, n_rows: int) -> bool:
     """Whether ``path`` is a finished output shard of the fit ``fit_hash`` with ``n_rows`` rows
-    (both recorded in its Parquet metadata when it was written)."""
+    (both recorded in its Parquet metadata when it was written, and the file holds that many)."""
     if not path.exists():
         return False
     try:
-        meta = pq.read_schema(path).metadata or {}
+        parquet = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError):
         return False
+    meta = parquet.schema_arrow.metadata or {}
     return meta.get(FIT_HASH_KEY) == fit_hash.encode() and \
-        meta.get(N_ROWS_KEY) == str(n_rows).encode()
+        meta.get(N_ROWS_KEY) == str(n_rows).encode() and parquet.metadata.num_rows == n_rows
 
 
 def completion_metadata(fit_hash: str, n_rows: int) -> dict[bytes, bytes]:
