@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,clip,e5]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,clip,e5,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)
