@@ -40,7 +40,7 @@ from ncclean.data.results import (
     result_columns,
 )
 from ncclean.data.shards import pair_keys, text_keys, vector_keys
-from ncclean.pipeline.fit import Fit
+from ncclean.pipeline.fit import Fit, FitError
 from ncclean.train.scoring import Embeddings
 
 _BLOCK = 2048
@@ -59,6 +59,11 @@ class Applied:
 def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu") -> Applied:
     """Score every usable pair of ``features`` (of ``corpus``, one shard) with ``fit``; the
     contract's columns for every row of the corpus."""
+    widths = [int(features.image_data.shape[1]), int(features.text_data.shape[1])]
+    if widths != fit.meta["widths"]:
+        raise FitError(f"{corpus.source.path}: vectors of widths {widths[0]} and {widths[1]}, "
+                       f"but the fit was made on {fit.meta['widths'][0]} and "
+                       f"{fit.meta['widths'][1]}")
     n = features.n_pairs
     ids = corpus.ids.to_pylist()
     keys = pair_keys([ids[r] for r in features.rows])

@@ -91,3 +91,15 @@ def test_methods_that_cannot_apply_refuse_in_one_line(tmp_path):
               scale=ScaleOptions(fit_sample=100))
     with pytest.raises(BadOptionError, match="does not combine"):
         ScaleOptions(fit=tmp_path / "f", fit_sample=10)
+
+
+def test_a_fit_refuses_vectors_of_other_widths(tmp_path):
+    pq.write_table(vector_table(80, d=16), tmp_path / "a.parquet")
+    pq.write_table(vector_table(80, d=8), tmp_path / "b.parquet")
+    run(tmp_path / "a.parquet", tmp_path / "a-out.parquet", save_fit=tmp_path / "fit")
+    from ncclean.pipeline.fit import FitError
+
+    with pytest.raises(FitError, match="widths 8 and 8, but the fit was made on 16 and 16"):
+        run(tmp_path / "b.parquet", tmp_path / "b-out.parquet", fit=tmp_path / "fit")
+    with pytest.raises(FitError, match="no fit there"):
+        run(tmp_path / "b.parquet", tmp_path / "b-out.parquet", fit=tmp_path / "nothing")
