@@ -103,3 +103,14 @@ def test_a_fit_refuses_vectors_of_other_widths(tmp_path):
         run(tmp_path / "b.parquet", tmp_path / "b-out.parquet", fit=tmp_path / "fit")
     with pytest.raises(FitError, match="no fit there"):
         run(tmp_path / "b.parquet", tmp_path / "b-out.parquet", fit=tmp_path / "nothing")
+
+
+def test_shards_below_the_sample_are_one_pass_split_by_shard(tmp_path):
+    write_shards(vector_table(300, seed=4), tmp_path / "in", 3)
+    run(tmp_path / "in", tmp_path / "one.parquet")  # today's one pass: one file for the folder
+    run(tmp_path / "in", tmp_path / "out", fit_sample=300)
+    one = pq.read_table(tmp_path / "one.parquet")
+    parts = [pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))]
+    assert [p.num_rows for p in parts] == [100, 100, 100]
+    assert pa.concat_tables(parts).replace_schema_metadata(None).equals(
+        one.replace_schema_metadata(None))
