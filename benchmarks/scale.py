@@ -167,20 +167,25 @@ def auroc(table: pa.Table) -> float:
 
 
 def quality_bench(args, work: Path) -> list[dict]:
-    half = args.pairs // 2
-    fitted = write_corpus(work / "a", half, 1, args.dim, args.noise, args.seed,
+    """Fit on half the pairs (``--fit-sample`` of half: the half with the smallest id hashes),
+    apply to the other half; AUROC of ``clean_prob`` against ``noisy_gt`` on each half."""
+    from ncclean.data.shards import pair_keys
+    from ncclean.pipeline.fit import load_fit
+
+    corpus = write_corpus(work / "in", args.pairs, 2, args.dim, args.noise, args.seed,
                           spread=args.spread)
-    applied = write_corpus(work / "b", half, 1, args.dim, args.noise, args.seed + 1, first=half,
-                           spread=args.spread)
     rows = []
     for method in args.methods:
-        fit = work / f"fit-{method}"
-        run(score_command(fitted, work / f"a-{method}", method, "--save-fit", str(fit)))
-        run(score_command(applied, work / f"b-{method}", method, "--fit", str(fit)))
-        rows.append({"bench": "quality", "method": method, "pairs_per_half": half,
+        fit, out = work / f"fit-{method}", work / f"out-{method}"
+        run(score_command(corpus, out, method, "--fit-sample", str(args.pairs // 2),
+                          "--save-fit", str(fit), "--seed", str(args.seed)))
+        table = read_partitions(out)
+        fitted = np.isin(pair_keys(table.column("id")), load_fit(fit).arrays["sample.key"])
+        rows.append({"bench": "quality", "method": method, "pairs": args.pairs,
                      "noise": args.noise, "spread": args.spread,
-                     "auroc_fitted_half": auroc(read_partitions(work / f"a-{method}")),
-                     "auroc_applied_half": auroc(read_partitions(work / f"b-{method}"))})
+                     "calibration": load_fit(fit).meta.get("calibration"),
+                     "auroc_fitted_half": auroc(table.filter(pa.array(fitted))),
+                     "auroc_applied_half": auroc(table.filter(pa.array(~fitted)))})
     return rows
 
 

@@ -151,6 +151,17 @@ def _signal(fit: Fit, features, embeddings: Embeddings, columns: dict, new: np.n
     if fit.meta["method"] == "clip":
         columns["clip_sim"][new] = similarity
         return similarity.astype(np.float64)
+    losses = pool_losses(fit, features, embeddings)
+    columns["gmm_sim"][new] = similarity
+    columns["gmm_loss"][new] = losses
+    if "gmm_label" in columns:
+        columns["gmm_label"][new] = np.nan
+    return losses.astype(np.float64)
+
+
+def pool_losses(fit: Fit, features, embeddings: Embeddings) -> np.ndarray:
+    """``(n,) float32``: each pair's mean hinge loss against the fit's fixed negative pool
+    (``gmm``), a pool pair showing the pair's own image or caption vector left out."""
     a, margin = fit.arrays, fit.meta["margin"]
     pool_images, pool_texts = torch.from_numpy(a["negatives.images"]), \
         torch.from_numpy(a["negatives.texts"])
@@ -167,11 +178,7 @@ def _signal(fit: Fit, features, embeddings: Embeddings, columns: dict, new: np.n
         i2t = ((margin - positive + img @ pool_texts.T).clamp(min=0) * mask).sum(1)
         t2i = ((margin - positive + txt @ pool_images.T).clamp(min=0) * mask).sum(1)
         losses[rows] = ((i2t + t2i) / mask.sum(dim=1).clamp(min=1)).numpy()
-    columns["gmm_sim"][new] = similarity
-    columns["gmm_loss"][new] = losses
-    if "gmm_label" in columns:
-        columns["gmm_label"][new] = np.nan
-    return losses.astype(np.float64)
+    return losses
 
 
 def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:

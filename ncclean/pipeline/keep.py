@@ -141,4 +141,25 @@ def _signal(method, features, result, clean_prob: np.ndarray, arrays: dict, meta
 
     posterior, mixture = fit_clean_posterior(losses, "low", seed=seed)
     meta["mixture"] = mixture.as_dict()
+    meta["calibration"] = {"pairs": int(n), "on": "the fit sample (no held-out pairs)"}
     return losses, posterior  # the fitted mixture's posterior, not the training's
+
+
+def calibrate(fit: Fit, corpus, features, device: str = "cpu") -> None:
+    """Refit ``gmm``'s mixture on held-out pairs (``features`` of ``corpus``: pairs beyond the
+    fit sample, never trained on), in place. A matcher fits the pairs it trained on, noisy ones
+    included, so their losses run lower than a new pair's: a mixture fitted on them reads
+    nearly every new pair as noisy (measured in ``benchmarks/results/scale.md``)."""
+    if fit.meta["method"] != "gmm" or features.n_pairs < 50:
+        return
+    from ncclean.methods.mixture import fit_clean_posterior
+    from ncclean.pipeline.apply import pool_losses
+    from ncclean.train.scoring import embed
+
+    embeddings = embed(fit.matcher, features, device, dtype=np.float32)
+    losses = pool_losses(fit, features, embeddings)
+    posterior, mixture = fit_clean_posterior(losses, "low", seed=fit.meta["seed"])
+    fit.arrays["table.x"], fit.arrays["table.y"] = signal_table(losses, posterior)
+    fit.meta["mixture"] = mixture.as_dict()
+    fit.meta["calibration"] = {"pairs": int(features.n_pairs),
+                               "on": "held-out pairs (the next smallest id hashes)"}

@@ -72,28 +72,44 @@ def id_column(shard: InputShard, columns: Columns) -> str:
     return name
 
 
-def write_sample(shards: list[InputShard], columns: Columns, n: int | None, dest: Path) -> int:
-    """Write the fit sample of ``shards`` to the Parquet file ``dest``; the corpus's pair
-    count."""
+def write_sample(shards: list[InputShard], columns: Columns, n: int | None, dest: Path,
+                 held_out: Path | None = None) -> int:
+    """Write the fit sample of ``shards`` to the Parquet file ``dest`` and, when the corpus is
+    larger than the sample, the next :func:`held_out_size` pairs by id hash to ``held_out``
+    (never trained on: ``gmm`` calibrates its mixture there); the corpus's pair count."""
     id_name = id_column(shards[0], columns)
+    extra = held_out_size(n) if held_out is not None and n is not None else 0
     kept, total = None, 0
-    for shard in shards:  # pass 1: the n smallest id hashes, one shard's ids at a time
+    for shard in shards:  # pass 1: the n (+ held-out) smallest id hashes, one shard at a time
         keys = pair_keys(shard_table(shard, [id_name]).column(0))
         total += len(keys)
-        kept = smallest_keys(keys, n if n is not None else total, kept)
-    parts = []
+        kept = smallest_keys(keys, n + extra if n is not None else total, kept)
+    sampled = n is not None and total > n
+    chosen = {"sample": kept[:n] if sampled else None, "held_out": kept[n:] if sampled else None}
+    parts: dict[str, list[pa.Table]] = {"sample": [], "held_out": []}
     for shard in shards:  # pass 2: the sampled rows (all of them up to n)
         table = shard_table(shard)
-        if n is not None and total > n:
-            keys = pair_keys(table.column(id_name))
-            table = table.filter(pa.array(np.isin(keys, kept)))
-        parts.append(table)
-    sample = pa.concat_tables(parts)
-    if n is not None and total > n:  # hash order: independent of shard order and names
-        sample = sample.take(pa.array(np.argsort(pair_keys(sample.column(id_name)),
-                                                 kind="stable")))
-    pq.write_table(sample, dest, compression="zstd")
+        if not sampled:
+            parts["sample"].append(table)
+            continue
+        keys = pair_keys(table.column(id_name))
+        for name, wanted in chosen.items():
+            parts[name].append(table.filter(pa.array(np.isin(keys, wanted))))
+    for name, path in (("sample", dest), ("held_out", held_out if sampled else None)):
+        if path is None:
+            continue
+        table = pa.concat_tables(parts[name])
+        if sampled:  # hash order: independent of shard order and names
+            table = table.take(pa.array(np.argsort(pair_keys(table.column(id_name)),
+                                                   kind="stable")))
+        if table.num_rows:
+            pq.write_table(table, path, compression="zstd")
     return total
+
+
+def held_out_size(n: int) -> int:
+    """How many pairs beyond a fit sample of ``n`` are held out for calibration."""
+    return min(n, 10_000)
 
 
 def score_sharded(input: PathLike, output: PathLike, method: str, params: dict | None,
@@ -149,8 +165,8 @@ def _fit(shards, method, params, columns, matcher, cut, stages, run, device, n, 
     from ncclean.pipeline.score import score_corpus
     from ncclean.stages.run import significance_mode
 
-    sample = scratch / "sample.parquet"
-    total = write_sample(shards, columns, n, sample)
+    sample, held_out = scratch / "sample.parquet", scratch / "held-out.parquet"
+    total = write_sample(shards, columns, n, sample, held_out if method == "gmm" else None)
     states: dict = {}
     score_corpus(sample, scratch / "sample-scored.parquet", method, params, columns, matcher,
                  cut, stages, run, device, progress, on_scored=states.update)
@@ -163,6 +179,14 @@ def _fit(shards, method, params, columns, matcher, cut, stages, run, device, n, 
     fit = fit_from_state(states, chosen, run.seed, significance_mode(stages, states["result"]),
                          stages.pseudo_captions)
     fit.meta["sample"] |= {"n_corpus": total, "fit_sample": n}
+    if held_out.exists():
+        from ncclean.data.corpus import read_corpus
+        from ncclean.models.features import build_features
+        from ncclean.pipeline.keep import calibrate
+
+        corpus = read_corpus(held_out, columns, strict=False, image_size=None, cache_dir=None)
+        calibrate(fit, corpus, build_features(corpus, states["config"], cache_dir=None,
+                                              device=device), device)
     return fit, total
 
 

@@ -114,3 +114,12 @@ def test_shards_below_the_sample_are_one_pass_split_by_shard(tmp_path):
     assert [p.num_rows for p in parts] == [100, 100, 100]
     assert pa.concat_tables(parts).replace_schema_metadata(None).equals(
         one.replace_schema_metadata(None))
+
+
+def test_gmm_calibrates_its_mixture_on_held_out_pairs(tmp_path):
+    write_shards(vector_table(400, noise=0.4, seed=6), tmp_path / "in", 2)
+    run(tmp_path / "in", tmp_path / "out", "gmm", fit_sample=200, save_fit=tmp_path / "fit")
+    calibration = load_fit(tmp_path / "fit").meta["calibration"]
+    assert calibration["pairs"] == 200 and calibration["on"].startswith("held-out")
+    run(tmp_path / "in", tmp_path / "all", "gmm", save_fit=tmp_path / "fit-all")
+    assert load_fit(tmp_path / "fit-all").meta["calibration"]["on"].startswith("the fit sample")
