@@ -11,8 +11,9 @@ scored with the fitted state, per method:
 - ``gmm``: the final matcher's embeddings; ``gmm_sim`` their cosine and ``gmm_loss`` the mean
   hinge loss against the fit's fixed pool of 1,024 sample pairs (a pool negative showing the
   pair's own image or caption vector is left out); ``clean_prob`` is the posterior of the
-  two-component mixture fitted to the sample's losses against the same pool. ``gmm_label``
-  (NCR's rectified label, a training quantity) is null.
+  two-component mixture fitted to held-out pairs' losses against the same pool
+  (:func:`ncclean.pipeline.keep.calibrate`). ``gmm_label`` (NCR's rectified label, a training
+  quantity) is null.
 
 Then the cut (the fit's resolved thresholds; a caption's count is the larger of its count in the
 fit sample and in the shard; a noise-rate cut becomes the fit's clean probability threshold), the
