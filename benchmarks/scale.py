@@ -169,6 +169,7 @@ def auroc(table: pa.Table) -> float:
 def quality_bench(args, work: Path) -> list[dict]:
     """Fit on half the pairs (``--fit-sample`` of half: the half with the smallest id hashes),
     apply to the other half; AUROC of ``clean_prob`` against ``noisy_gt`` on each half."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ncclean
     from ncclean.data.shards import pair_keys
     from ncclean.pipeline.fit import load_fit
 
