@@ -1,10 +1,12 @@
 """Sharded corpora: the input shards of a folder, the deterministic fit sample, and which output
 shards are already complete.
 
-An input is one Parquet file, a folder of Parquet shards, or a folder of webdataset tars
-(:mod:`ncclean.data.webdataset`). Each input shard gives one output shard of the same stem. A
-shard's output is complete when its file exists and its Parquet metadata records the fit's hash
-and the shard's row count (:func:`output_complete`), so a rerun skips it.
+An input is one Parquet file, a folder of Parquet shards, a folder of webdataset tars
+(:mod:`ncclean.data.webdataset`), or a Hugging Face dataset saved to disk (``save_to_disk``: its
+``.arrow`` files, read with pyarrow, no ``datasets`` needed). Each input shard gives one output
+shard of the same stem. A shard's output is complete when its file exists and its Parquet
+metadata records the fit's hash and the shard's row count (:func:`output_complete`), so a rerun
+skips it.
 
 The fit sample is every pair up to ``n`` pairs and, beyond, the ``n`` pairs with the smallest
 hash of their id (:func:`pair_keys`): a property of each pair alone, so it does not change with
@@ -14,6 +16,7 @@ shard order, worker count or resume.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +33,9 @@ N_ROWS_KEY = b"ncclean.n_rows"
 
 @dataclass(frozen=True)
 class InputShard:
-    """One input shard: ``path`` (a Parquet file or a webdataset tar), its ``stem`` (the output
-    shard's name) and ``kind`` (``"parquet"`` or ``"webdataset"``)."""
+    """One input shard: ``path`` (a Parquet file, a webdataset tar or an Arrow file of a Hugging
+    Face dataset), its ``stem`` (the output shard's name) and ``kind`` (``"parquet"``,
+    ``"webdataset"`` or ``"arrow"``)."""
 
     path: Path
     stem: str
@@ -48,6 +52,10 @@ def list_shards(path: str | os.PathLike) -> list[InputShard]:
         raise InputNotFoundError(f"{path}: no such file or folder")
     if not path.is_dir():
         return [InputShard(path, path.stem, "webdataset" if path.suffix == ".tar" else "parquet")]
+    states = sorted(p for p in path.rglob("state.json") if not _hidden(p, path))
+    if states:  # a Hugging Face dataset (or dataset dict) saved to disk
+        return [InputShard(p, _stem(p, path), "arrow") for state in states
+                for p in _arrow_files(state)]
     tars = sorted(p for p in path.rglob("*.tar") if not _hidden(p, path))
     if tars:
         return [InputShard(p, _stem(p, path), "webdataset") for p in tars]
@@ -55,6 +63,32 @@ def list_shards(path: str | os.PathLike) -> list[InputShard]:
     if not files:
         raise EmptyInputError(f"{path}: folder holds no .parquet shards or .tar files")
     return [InputShard(p, _stem(p, path), "parquet") for p in files]
+
+
+def _arrow_files(state: Path) -> list[Path]:
+    """The data files of a saved Hugging Face dataset, in its own order (``state.json``)."""
+    try:
+        files = json.loads(state.read_text())["_data_files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return sorted(state.parent.glob("*.arrow"))
+    return [state.parent / entry["filename"] for entry in files]
+
+
+def read_shard(shard: InputShard, columns: list[str] | None = None) -> pa.Table:
+    """One input shard as an Arrow table (``columns``: only those)."""
+    if shard.kind == "webdataset":
+        from ncclean.data.webdataset import read_tar
+
+        table = read_tar(shard.path)
+    elif shard.kind == "arrow":  # datasets writes Arrow IPC streams
+        with pa.memory_map(str(shard.path)) as source:
+            try:
+                table = pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                table = pa.ipc.open_file(source).read_all()
+    else:
+        return pq.read_table(shard.path, columns=columns)
+    return table.select(columns) if columns else table
 
 
 def _hidden(path: Path, root: Path) -> bool:

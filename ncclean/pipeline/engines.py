@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ncclean.data.schema import Columns
-from ncclean.data.shards import InputShard, completion_metadata, output_complete
+from ncclean.data.shards import InputShard, completion_metadata, output_complete, read_shard
 from ncclean.errors import BadOptionError
 from ncclean.options import RunOptions
 from ncclean.progress import Progress, no_progress
@@ -35,11 +35,9 @@ class ShardJob:
 
 def shard_rows(shard: InputShard) -> int:
     """The shard's row count (a tar's samples are counted by reading it)."""
-    if shard.kind == "webdataset":
-        from ncclean.data.webdataset import read_tar
-
-        return read_tar(shard.path).num_rows
-    return pq.ParquetFile(shard.path).metadata.num_rows
+    if shard.kind == "parquet":
+        return pq.ParquetFile(shard.path).metadata.num_rows
+    return read_shard(shard).num_rows
 
 
 def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: str) -> dict:
@@ -61,11 +59,9 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
                          "n_pseudo_captions": n_rows - done.column(1).null_count}
     with tempfile.TemporaryDirectory(prefix="ncclean-shard-") as scratch:
         path = job.shard.path
-        if job.shard.kind == "webdataset":  # one shard, held in memory anyway
-            from ncclean.data.webdataset import read_tar
-
+        if job.shard.kind != "parquet":  # one shard, held in memory anyway
             path = Path(scratch) / f"{job.shard.stem}.parquet"
-            pq.write_table(read_tar(job.shard.path), path)
+            pq.write_table(read_shard(job.shard), path)
         fitted_columns = fit.meta["columns"]
         corpus = read_corpus(path, _columns(columns, fitted_columns), strict=run.strict,
                              image_size=None, cache_dir=None)

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ncclean.data.schema import Columns
-from ncclean.data.shards import InputShard, list_shards, pair_keys, smallest_keys
+from ncclean.data.shards import InputShard, list_shards, pair_keys, read_shard, smallest_keys
 from ncclean.errors import BadOptionError
 from ncclean.options import Cut, MatcherOptions, RunOptions, ScaleOptions, StageOptions
 from ncclean.progress import Progress, no_progress
@@ -39,24 +39,14 @@ RUN_SIDECAR = "ncclean.json"
 def wants_shards(input: PathLike, output: PathLike, scale: ScaleOptions | None) -> bool:
     """Whether a scoring run goes through a fit and its application: anything of ``scale``
     asked for, an output folder (an existing one, or a name without a suffix for a folder
-    input), or webdataset tars in."""
+    input), or webdataset tars or a saved Hugging Face dataset in."""
     out, source = Path(output), Path(input)
     if scale is not None and scale.asked:
         return True
     if out.is_dir() or (source.is_dir() and out.suffix == ""):
         return True
-    return source.suffix == ".tar" or (source.is_dir() and any(source.glob("*.tar")))
-
-
-def shard_table(shard: InputShard, columns: list[str] | None = None) -> pa.Table:
-    """One input shard as an Arrow table (a webdataset tar read by
-    :func:`ncclean.data.webdataset.read_tar`)."""
-    if shard.kind == "webdataset":
-        from ncclean.data.webdataset import read_tar
-
-        table = read_tar(shard.path)
-        return table.select(columns) if columns else table
-    return pq.read_table(shard.path, columns=columns)
+    return source.suffix == ".tar" or (source.is_dir() and (
+        any(source.glob("*.tar")) or any(source.rglob("state.json"))))
 
 
 def id_column(shard: InputShard, columns: Columns) -> str:
@@ -64,7 +54,8 @@ def id_column(shard: InputShard, columns: Columns) -> str:
     fit sample and the fitted pairs by id)."""
     if shard.kind == "webdataset":
         return "id"
-    names = pq.read_schema(shard.path).names
+    names = read_shard(shard).schema.names if shard.kind == "arrow" \
+        else pq.read_schema(shard.path).names
     name = columns.id or "id"
     if name not in names:
         raise BadOptionError(f"{shard.path}: a fit needs an id column ({name!r} is missing; name "
@@ -81,14 +72,14 @@ def write_sample(shards: list[InputShard], columns: Columns, n: int | None, dest
     extra = held_out_size(n) if held_out is not None and n is not None else 0
     kept, total = None, 0
     for shard in shards:  # pass 1: the n (+ held-out) smallest id hashes, one shard at a time
-        keys = pair_keys(shard_table(shard, [id_name]).column(0))
+        keys = pair_keys(read_shard(shard, [id_name]).column(0))
         total += len(keys)
         kept = smallest_keys(keys, n + extra if n is not None else total, kept)
     sampled = n is not None and total > n
     chosen = {"sample": kept[:n] if sampled else None, "held_out": kept[n:] if sampled else None}
     parts: dict[str, list[pa.Table]] = {"sample": [], "held_out": []}
     for shard in shards:  # pass 2: the sampled rows (all of them up to n)
-        table = shard_table(shard)
+        table = read_shard(shard)
         if not sampled:
             parts["sample"].append(table)
             continue
