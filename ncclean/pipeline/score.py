@@ -60,7 +60,7 @@ def score_corpus(input: PathLike, output: PathLike, method: str, params: dict | 
     and its ``params``, the encoders, the output path, that two pairs are usable.
     ``on_scored(state)``, when given, sees the run's in-memory state (a dict: ``corpus``,
     ``features``, ``result``, ``clean_prob``, ``parts``, ``stages``, ``cut``, ``config``) before
-    the output is written: :mod:`ncclean.pipeline.fit` keeps a fit from it."""
+    the output is written: :mod:`ncclean.pipeline.keep` keeps a fit from it."""
     import numpy as np
 
     from ncclean.data.corpus import read_corpus
