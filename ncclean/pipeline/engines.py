@@ -57,6 +57,8 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
         return report | {"n_rows": n_rows, "skipped": True,
                          "partition_counts": partition_counts(done.column(0).combine_chunks()),
                          "n_pseudo_captions": n_rows - done.column(1).null_count}
+    for stale in job.out.parent.glob(f".{job.out.name}.*.tmp"):  # left by a killed run
+        stale.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="ncclean-shard-") as scratch:
         path = job.shard.path
         if job.shard.kind != "parquet":  # one shard, held in memory anyway

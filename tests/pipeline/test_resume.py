@@ -45,6 +45,9 @@ def test_killed_run_resumes_with_only_the_rest(tmp_path):
     process.wait()
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "killed").glob("*.parquet")}
     assert before, "the run was killed before it wrote a shard"
+    stale = tmp_path / "killed" / f".part-023.parquet.{os.getpid()}.tmp"
+    if "part-023.parquet" not in before:  # as a kill in the middle of a write leaves it
+        stale.write_bytes(b"half a file")
     result = subprocess.run(cli(tmp_path / "in", tmp_path / "killed", tmp_path / "fit"),
                             env=env, capture_output=True, text=True, check=True)
     assert json.loads(result.stdout)["n_pairs"] == 1200
