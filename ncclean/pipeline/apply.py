@@ -44,7 +44,7 @@ from ncclean.data.shards import pair_keys, text_keys, vector_keys
 from ncclean.pipeline.fit import Fit, FitError
 from ncclean.train.scoring import Embeddings
 
-_BLOCK = 2048
+_BLOCK = 512  # rows per block: a block against a 20,000-entry pool is 40 MB per matrix
 TEMPERATURE, SHARE = 0.02, 0.25  # SignificanceConfig's specificity defaults, as in one pass
 
 
