@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ncclean.data.schema import Columns
-from ncclean.options import DEFAULT_CUT, Cut, MatcherOptions, RunOptions, StageOptions
+from ncclean.options import (
+    DEFAULT_CUT,
+    Cut,
+    MatcherOptions,
+    RunOptions,
+    ScaleOptions,
+    StageOptions,
+)
 from ncclean.progress import Progress, no_progress
 
 if TYPE_CHECKING:
@@ -102,6 +109,7 @@ def score(
     cut: Cut = DEFAULT_CUT,
     stages: StageOptions = StageOptions(),
     run: RunOptions = RunOptions(),
+    scale: ScaleOptions | None = None,
     progress: Progress = no_progress,
     **keywords: Any,
 ) -> ScoreSummary:
@@ -121,6 +129,10 @@ def score(
 
     Any field of these groups may also be given as a keyword (``seed=3``, ``clean_above=0.5``,
     ``image_encoder="column"``): it replaces that field of its group.
+
+    ``scale`` (:class:`ScaleOptions`): a fit on a sample (``fit_sample``), saved (``save_fit``)
+    or loaded (``fit``), applied shard by shard by an engine (``local`` or ``ray``), output to a
+    folder of shards (:mod:`ncclean.pipeline.sharded`, ``docs/scaling.md``).
     """
     from ncclean.options import fold_keywords
     from ncclean.pipeline.score import prepare_output, score_corpus
@@ -132,6 +144,14 @@ def score(
 
     run = groups["run"]
     device = resolve_device(run.device)
+    from ncclean.pipeline.sharded import wants_shards
+
+    if wants_shards(input, output, scale):
+        from ncclean.pipeline.sharded import score_sharded
+
+        return score_sharded(input, output, method, params, columns, groups["matcher"],
+                             groups["cut"], groups["stages"], run, device,
+                             scale or ScaleOptions(), progress)
     return score_corpus(input, output, method, params, columns, groups["matcher"], groups["cut"],
                         groups["stages"], run, device, progress)
 

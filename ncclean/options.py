@@ -208,3 +208,36 @@ def options_record(**groups: Any) -> dict[str, dict]:
     """Every field of every options object given (``matcher=..., cut=...``), as the sidecar's
     ``options``."""
     return {name: as_record(value) for name, value in groups.items()}
+
+
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """Scoring beyond one pass (:mod:`ncclean.pipeline.sharded`): ``fit_sample``: fit on every
+    pair up to this many and a deterministic sample (by a hash of the pair id) beyond (``None``:
+    every pair); ``save_fit``: write the fit there; ``fit``: apply this saved fit, no training;
+    ``engine``: ``local`` (shard by shard in this process) or ``ray`` (Ray Data, on
+    ``ray_address`` or a local cluster). The default, all unset, is the one pass."""
+
+    fit_sample: int | None = None
+    save_fit: PathLike | None = None
+    fit: PathLike | None = None
+    engine: str = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.fit_sample is not None:
+            _at_least("--fit-sample", self.fit_sample, 2)
+        if self.engine not in ENGINES:
+            raise BadOptionError(f"--engine must be one of {', '.join(ENGINES)}, got "
+                                 f"{self.engine!r}")
+        if self.fit is not None and (self.save_fit is not None or self.fit_sample is not None):
+            raise BadOptionError("--fit applies a saved fit; it does not combine with "
+                                 "--save-fit or --fit-sample")
+
+    @property
+    def asked(self) -> bool:
+        """Whether anything beyond the one pass was asked for."""
+        return self != ScaleOptions()

@@ -117,6 +117,21 @@ def score(
         "for a GPU).", rich_help_panel="CLIP")] = "heads",
     strict: options.Strict = False,
     json_: options.Json = False,
+    # scaling (ncclean/pipeline/sharded.py, docs/scaling.md)
+    fit_sample: Annotated[int | None, typer.Option(
+        min=2, help="Fit on every pair up to N and a sample (by id hash) beyond; apply to all.",
+        rich_help_panel="Scaling")] = None,
+    save_fit: Annotated[Path | None, typer.Option(
+        help="Save the fit (a folder) to apply later with --fit.",
+        rich_help_panel="Scaling")] = None,
+    fit: Annotated[Path | None, typer.Option(
+        help="Apply this saved fit: no training.", rich_help_panel="Scaling")] = None,
+    engine: Annotated[Literal["local", "ray"], typer.Option(
+        help="Apply shard by shard here (local) or on Ray Data (ray).",
+        rich_help_panel="Scaling")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster to use with --engine ray [default: a local one].",
+        rich_help_panel="Scaling")] = None,
 ) -> None:
     """Score every pair and write the input's rows back with clean_prob, partition and the
     method's columns (plus OUTPUT.json); later split, retrain and check without an input read
@@ -125,7 +140,14 @@ def score(
     from ncclean.cli.last import remember_scored
     from ncclean.cli.render import console, print_json, progress_bars, render_score, warning_line
     from ncclean.errors import BadOptionError
-    from ncclean.options import DEFAULT_CUT, Cut, MatcherOptions, RunOptions, StageOptions
+    from ncclean.options import (
+        DEFAULT_CUT,
+        Cut,
+        MatcherOptions,
+        RunOptions,
+        ScaleOptions,
+        StageOptions,
+    )
     from ncclean.pipeline.score import resume_warning
 
     if noise_rate is not None and (clean_above is not None or noisy_below is not None):
@@ -161,12 +183,14 @@ def score(
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
                      checkpoint_dir=checkpoint_dir, resume=resume, strict=strict,
                      max_image_pixels=max_image_pixels, save_matcher=save_matcher)
+    scale = ScaleOptions(fit_sample=fit_sample, save_fit=save_fit, fit=fit, engine=engine,
+                         ray_address=ray_address)
     early = resume_warning(run)
     if early:
         warning_line(early)
     with progress_bars(not json_) as progress:
         summary = api.score(input, output, method, params, columns=columns, matcher=matcher,
-                            cut=cut, stages=stages, run=run, progress=progress)
+                            cut=cut, stages=stages, run=run, scale=scale, progress=progress)
     remember_scored(summary.output)
     if json_:
         print_json(summary.as_dict())

@@ -231,7 +231,7 @@ def write_pairs(
     *,
     batch_rows: int = BATCH_ROWS,
     computed: tuple[list[pa.Field], Compute] | None = None,
-    metadata: Mapping[str, str] | None = None,
+    metadata: Mapping[str, str] | Mapping[bytes, bytes] | None = None,
 ) -> Path:
     """Write every input row and column to ``out`` with ``updates`` applied, atomically.
 
@@ -260,7 +260,9 @@ def write_pairs(
     fields = [new_fields.get(field.name, field) for field in source.schema]
     fields += [new_fields[name] for name in appended]
     kept = without_record(source.schema).metadata or {}
-    kept.update({key.encode(): value.encode() for key, value in (metadata or {}).items()})
+    kept.update({(key.encode() if isinstance(key, str) else key):
+                 (value.encode() if isinstance(value, str) else value)
+                 for key, value in (metadata or {}).items()})
     schema = pa.schema(fields, metadata=kept or None)
 
     read_columns = [n for n in source.schema.names if n not in replaced]

@@ -1,0 +1,154 @@
+"""Sharded corpora: the input shards of a folder, the deterministic fit sample, and which output
+shards are already complete.
+
+An input is one Parquet file, a folder of Parquet shards, a folder of webdataset tars
+(:mod:`ncclean.data.webdataset`), or a Hugging Face dataset saved to disk (``save_to_disk``: its
+``.arrow`` files, read with pyarrow, no ``datasets`` needed). Each input shard gives one output
+shard of the same stem. A shard's output is complete when its file exists and its Parquet
+metadata records the fit's hash and the shard's row count (:func:`output_complete`), so a rerun
+skips it.
+
+The fit sample is every pair up to ``n`` pairs and, beyond, the ``n`` pairs with the smallest
+hash of their id (:func:`pair_keys`): a property of each pair alone, so it does not change with
+shard order, worker count or resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ncclean.errors import EmptyInputError, InputNotFoundError
+
+FIT_HASH_KEY = b"ncclean.fit_hash"
+N_ROWS_KEY = b"ncclean.n_rows"
+
+
+@dataclass(frozen=True)
+class InputShard:
+    """One input shard: ``path`` (a Parquet file, a webdataset tar or an Arrow file of a Hugging
+    Face dataset), its ``stem`` (the output shard's name) and ``kind`` (``"parquet"``,
+    ``"webdataset"`` or ``"arrow"``)."""
+
+    path: Path
+    stem: str
+    kind: str
+
+
+def list_shards(path: str | os.PathLike) -> list[InputShard]:
+    """The input shards of ``path`` in sorted order: the file itself, every ``.parquet`` of a
+    folder (recursively, hidden and ``_`` entries left out), or, when the folder holds ``.tar``
+    files, those tars (the ``.parquet`` img2dataset writes beside each tar is read with it, not
+    as a shard of its own). Raises :class:`InputNotFoundError` or :class:`EmptyInputError`."""
+    path = Path(path)
+    if not path.exists():
+        raise InputNotFoundError(f"{path}: no such file or folder")
+    if not path.is_dir():
+        return [InputShard(path, path.stem, "webdataset" if path.suffix == ".tar" else "parquet")]
+    states = sorted(p for p in path.rglob("state.json") if not _hidden(p, path))
+    if states:  # a Hugging Face dataset (or dataset dict) saved to disk
+        return [InputShard(p, _stem(p, path), "arrow") for state in states
+                for p in _arrow_files(state)]
+    tars = sorted(p for p in path.rglob("*.tar") if not _hidden(p, path))
+    if tars:
+        return [InputShard(p, _stem(p, path), "webdataset") for p in tars]
+    files = sorted(p for p in path.rglob("*.parquet") if not _hidden(p, path))
+    if not files:
+        raise EmptyInputError(f"{path}: folder holds no .parquet shards or .tar files")
+    return [InputShard(p, _stem(p, path), "parquet") for p in files]
+
+
+def _arrow_files(state: Path) -> list[Path]:
+    """The data files of a saved Hugging Face dataset, in its own order (``state.json``)."""
+    try:
+        files = json.loads(state.read_text())["_data_files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return sorted(state.parent.glob("*.arrow"))
+    return [state.parent / entry["filename"] for entry in files]
+
+
+def read_shard(shard: InputShard, columns: list[str] | None = None) -> pa.Table:
+    """One input shard as an Arrow table (``columns``: only those)."""
+    if shard.kind == "webdataset":
+        from ncclean.data.webdataset import read_tar
+
+        table = read_tar(shard.path)
+    elif shard.kind == "arrow":  # datasets writes Arrow IPC streams
+        with pa.memory_map(str(shard.path)) as source:
+            try:
+                table = pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                table = pa.ipc.open_file(source).read_all()
+    else:
+        return pq.read_table(shard.path, columns=columns)
+    return table.select(columns) if columns else table
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith((".", "_")) for part in path.relative_to(root).parts)
+
+
+def _stem(path: Path, root: Path) -> str:
+    """The output name of a shard: its path under ``root`` without the suffix, folders joined
+    by ``__`` so shards of different sub-folders cannot collide."""
+    return "__".join(path.relative_to(root).with_suffix("").parts)
+
+
+def pair_keys(ids: pa.Array | pa.ChunkedArray | list) -> np.ndarray:
+    """``(n,) uint64``: a stable hash of each pair id (its text form), the order of the fit
+    sample. The same id gives the same key in every process and on every machine."""
+    values = ids.to_pylist() if hasattr(ids, "to_pylist") else list(ids)
+    return np.fromiter(
+        (int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=8).digest(), "little")
+         for v in values), dtype=np.uint64, count=len(values))
+
+
+def text_keys(texts: list[str]) -> np.ndarray:
+    """``(n,) uint64``: a stable hash of each caption text (caption counts, own-text masks)."""
+    return np.fromiter(
+        (int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8,
+                                        person=b"caption").digest(), "little")
+         for t in texts), dtype=np.uint64, count=len(texts))
+
+
+def vector_keys(vectors: np.ndarray) -> np.ndarray:
+    """``(n,) uint64``: a stable hash of each row's bytes (an image's identity where images are
+    precomputed vectors)."""
+    return np.fromiter(
+        (int.from_bytes(hashlib.blake2b(np.ascontiguousarray(row).tobytes(), digest_size=8,
+                                        person=b"vector").digest(), "little")
+         for row in vectors), dtype=np.uint64, count=len(vectors))
+
+
+def smallest_keys(keys: np.ndarray, n: int, kept: np.ndarray | None = None) -> np.ndarray:
+    """The ``n`` smallest of ``kept`` (sorted ``uint64``, may be ``None``) and ``keys`` together,
+    sorted: fold one shard's keys into the running fit sample with memory bounded by ``n``."""
+    merged = np.unique(np.concatenate([keys.astype(np.uint64),
+                                       kept if kept is not None else np.zeros(0, np.uint64)]))
+    return merged[:n]
+
+
+def output_complete(path: Path, fit_hash: str, n_rows: int) -> bool:
+    """Whether ``path`` is a finished output shard of the fit ``fit_hash`` with ``n_rows`` rows
+    (both recorded in its Parquet metadata when it was written, and the file holds that many)."""
+    if not path.exists():
+        return False
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError):
+        return False
+    meta = parquet.schema_arrow.metadata or {}
+    return meta.get(FIT_HASH_KEY) == fit_hash.encode() and \
+        meta.get(N_ROWS_KEY) == str(n_rows).encode() and parquet.metadata.num_rows == n_rows
+
+
+def completion_metadata(fit_hash: str, n_rows: int) -> dict[bytes, bytes]:
+    """The Parquet metadata that marks an output shard complete (:func:`output_complete`)."""
+    return {FIT_HASH_KEY: fit_hash.encode(), N_ROWS_KEY: str(n_rows).encode()}

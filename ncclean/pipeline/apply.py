@@ -1,0 +1,266 @@
+"""Apply a fit to one shard: every pair scored with the fitted state, no training.
+
+A pair of the fit sample (same id) is written as the fit's one pass wrote it. Any other pair is
+scored with the fitted state, per method:
+
+- ``clip``: the cosine of its unit vectors (after the fitted CCA when there is one) is
+  ``clip_sim``; ``clean_prob`` is read from the sample's table of ``clip_sim`` to ``clean_prob``
+  by linear interpolation (clamped at the ends), so a pair between two sample pairs gets a
+  probability between theirs: the null's local false discovery rate, the mixture's posterior,
+  or the top-fraction rule, whichever the fit used;
+- ``gmm``: the final matcher's embeddings; ``gmm_sim`` their cosine and ``gmm_loss`` the mean
+  hinge loss against the fit's fixed pool of 1,024 sample pairs (a pool negative showing the
+  pair's own image or caption vector is left out); ``clean_prob`` is the posterior of the
+  two-component mixture fitted to held-out pairs' losses against the same pool
+  (:func:`ncclean.pipeline.keep.calibrate`). ``gmm_label`` (NCR's rectified label, a training
+  quantity) is null.
+
+Then the cut (the fit's resolved thresholds; a caption's count is the larger of its count in the
+fit sample and in the shard; a noise-rate cut becomes the fit's clean probability threshold), the
+significance stage in ``specificity`` mode against the fit's confident pool (``update`` mode
+probes training and leaves applied pairs' significance null), and pseudo-captions searched among
+the fit's donors with the fit's minimum score.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ncclean.data.results import (
+    CLEAN_INSIGNIFICANT,
+    CLEAN_SIGNIFICANT,
+    NOISY,
+    PARTITIONS,
+    VAGUE,
+    PairResults,
+    result_columns,
+)
+from ncclean.data.shards import pair_keys, text_keys, vector_keys
+from ncclean.pipeline.fit import Fit, FitError
+from ncclean.train.scoring import Embeddings
+
+_BLOCK = 512  # rows per block: a block against a 20,000-entry pool is 40 MB per matrix
+TEMPERATURE, SHARE = 0.02, 0.25  # SignificanceConfig's specificity defaults, as in one pass
+
+
+@dataclass
+class Applied:
+    """What applying a fit gives, one entry per input row: the contract's columns (Arrow) and
+    the partition counts."""
+
+    columns: dict[str, pa.Array]
+    n_applied: int
+
+
+def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu") -> Applied:
+    """Score every usable pair of ``features`` (of ``corpus``, one shard) with ``fit``; the
+    contract's columns for every row of the corpus."""
+    widths = [int(features.image_data.shape[1]), int(features.text_data.shape[1])]
+    if widths != fit.meta["widths"]:
+        raise FitError(f"{corpus.source.path}: vectors of widths {widths[0]} and {widths[1]}, "
+                       f"but the fit was made on {fit.meta['widths'][0]} and "
+                       f"{fit.meta['widths'][1]}")
+    n = features.n_pairs
+    ids = corpus.ids.to_pylist()
+    keys = pair_keys([ids[r] for r in features.rows])
+    sample_key = fit.arrays["sample.key"]
+    at = np.minimum(np.searchsorted(sample_key, keys), max(len(sample_key) - 1, 0))
+    seen = (sample_key[at] == keys) if len(sample_key) else np.zeros(n, dtype=bool)
+    new = np.flatnonzero(~seen)
+    old, where = np.flatnonzero(seen), at[seen]
+
+    clean_prob = np.zeros(n)
+    parts = np.empty(n, dtype=object)
+    significance = np.full(n, np.nan)
+    donor = np.full(n, -1, dtype=np.int64)
+    donor_score = np.full(n, np.nan, dtype=np.float32)
+    columns = {name: _empty(n, dtype) for name, dtype in fit.meta["columns_out"].items()}
+
+    clean_prob[old] = fit.arrays["sample.clean_prob"][where]
+    parts[old] = np.asarray(PARTITIONS, dtype=object)[fit.arrays["sample.partition"][where]]
+    significance[old] = fit.arrays["sample.significance"][where]
+    donor[old] = fit.arrays["sample.donor"][where]
+    if "sample.donor_score" in fit.arrays:
+        donor_score[old] = fit.arrays["sample.donor_score"][where]
+    for name in columns:
+        columns[name][old] = fit.arrays[f"column.{name}"][where]
+
+    if len(new):
+        sub = features.subset(new)
+        embeddings = _embeddings(fit, sub, device)
+        signal = _signal(fit, sub, embeddings, columns, new)
+        clean_prob[new] = np.interp(signal, fit.arrays["table.x"], fit.arrays["table.y"])
+        caption_key = text_keys([corpus.captions[r] for r in features.rows])
+        counts = caption_counts(fit, caption_key)[new]
+        parts[new] = _cut(fit, clean_prob[new], counts)
+        _significance(fit, sub, embeddings, parts, significance, new, counts)
+        _donors(fit, sub, embeddings, parts, donor, donor_score, new, caption_key[new])
+
+    results = PairResults.from_pairs(corpus.n_pairs, features.rows, clean_prob, parts,
+                                     significance, None, donor_score, columns)
+    out = result_columns(corpus, results)
+    has = np.full(corpus.n_pairs, -1, dtype=np.int64)
+    has[features.rows] = np.where(parts == NOISY, donor, -1)
+    out["pseudo_caption"], out["pseudo_caption_id"] = _donor_columns(fit, has, corpus.ids.type)
+    out["pseudo_caption_score"] = pa.array(
+        np.asarray(results.pseudo_caption_score, np.float32),
+        mask=(has < 0) | np.isnan(np.asarray(results.pseudo_caption_score, np.float64)))
+    return Applied(columns=out, n_applied=len(new))
+
+
+def _empty(n: int, dtype: str) -> np.ndarray:
+    kind = np.dtype(dtype)
+    return np.full(n, np.nan, dtype=kind) if kind.kind == "f" else np.zeros(n, dtype=kind)
+
+
+def _donor_columns(fit: Fit, entry: np.ndarray, id_type: pa.DataType) -> tuple[pa.Array, pa.Array]:
+    captions, ids = fit.text("donor_caption"), fit.text("donor_id")
+    text = [captions[e] if e >= 0 else None for e in entry]
+    id_text = pa.array([ids[e] if e >= 0 else None for e in entry], pa.string())
+    return pa.array(text, pa.string()), id_text.cast(id_type)
+
+
+def _embeddings(fit: Fit, features, device: str) -> Embeddings:
+    """The pairs' embeddings in the fit's space (unit vectors, float32)."""
+    if fit.meta["method"] == "gmm":
+        from ncclean.train.scoring import embed
+
+        return embed(fit.matcher, features, device, dtype=np.float32)
+    from ncclean.methods.clip import raw_embeddings
+
+    raw = raw_embeddings(features)
+    if "align.image_mean" not in fit.arrays:
+        return raw
+    from ncclean.methods.align import Alignment
+
+    a = fit.arrays
+    alignment = Alignment(a["align.image_mean"], a["align.text_mean"], a["align.image_projection"],
+                          a["align.text_projection"], np.zeros(0), 0.0)
+    return Embeddings(images=alignment.project_images(raw.images),
+                      texts=alignment.project_texts(raw.texts))
+
+
+def _signal(fit: Fit, features, embeddings: Embeddings, columns: dict, new: np.ndarray):
+    """The per-pair signal of ``features``' pairs (and the method's columns filled in at
+    ``new``)."""
+    similarity = embeddings.pair_similarity(features)
+    if fit.meta["method"] == "clip":
+        columns["clip_sim"][new] = similarity
+        return similarity.astype(np.float64)
+    losses = pool_losses(fit, features, embeddings)
+    columns["gmm_sim"][new] = similarity
+    columns["gmm_loss"][new] = losses
+    if "gmm_label" in columns:
+        columns["gmm_label"][new] = np.nan
+    return losses.astype(np.float64)
+
+
+def pool_losses(fit: Fit, features, embeddings: Embeddings) -> np.ndarray:
+    """``(n,) float32``: each pair's mean hinge loss against the fit's fixed negative pool
+    (``gmm``), a pool pair showing the pair's own image or caption vector left out."""
+    a, margin = fit.arrays, fit.meta["margin"]
+    pool_images, pool_texts = torch.from_numpy(a["negatives.images"]), \
+        torch.from_numpy(a["negatives.texts"])
+    image_key = vector_keys(features.image_data)[features.image_group]
+    text_key = vector_keys(features.text_data)[features.text_group]
+    losses = np.empty(features.n_pairs, dtype=np.float32)
+    for start in range(0, features.n_pairs, _BLOCK):
+        rows = slice(start, start + _BLOCK)
+        img = torch.from_numpy(embeddings.images[features.image_group[rows]]).float()
+        txt = torch.from_numpy(embeddings.texts[features.text_group[rows]]).float()
+        positive = (img * txt).sum(dim=1, keepdim=True)
+        mask = torch.from_numpy((image_key[rows][:, None] != a["negatives.image_key"][None, :])
+                                & (text_key[rows][:, None] != a["negatives.text_key"][None, :]))
+        i2t = ((margin - positive + img @ pool_texts.T).clamp(min=0) * mask).sum(1)
+        t2i = ((margin - positive + txt @ pool_images.T).clamp(min=0) * mask).sum(1)
+        losses[rows] = ((i2t + t2i) / mask.sum(dim=1).clamp(min=1)).numpy()
+    return losses
+
+
+def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Partition names by the fit's resolved cut (see the module docstring); ``counts``: each
+    pair's caption count (:func:`caption_counts`)."""
+    cut = fit.meta["cut"]
+    out = np.full(len(clean_prob), CLEAN_SIGNIFICANT, dtype=object)
+    if cut["noise_rate"] is not None:
+        limit = fit.meta["noisy_up_to"]
+        if limit is not None:
+            out[clean_prob <= limit] = NOISY
+        return out
+    clean_above = np.full(len(clean_prob), cut["clean_above"])
+    noisy_below = np.full(len(clean_prob), cut["noisy_below"])
+    if cut["rare_clean_above"] is not None:
+        rare = counts <= cut["rare_count"]
+        clean_above[rare] = cut["rare_clean_above"]
+        noisy_below[rare] = min(cut["noisy_below"], cut["rare_clean_above"])
+    out[clean_prob < clean_above] = VAGUE
+    out[clean_prob < noisy_below] = NOISY
+    return out
+
+
+def caption_counts(fit: Fit, caption_key: np.ndarray) -> np.ndarray:
+    """``(n,) int64``: each caption's count, the larger of the fit sample's and these pairs'."""
+    keys, counts = fit.arrays["captions.key"], fit.arrays["captions.count"]
+    at = np.minimum(np.searchsorted(keys, caption_key), max(len(keys) - 1, 0))
+    fitted = np.where(keys[at] == caption_key, counts[at], 0) if len(keys) else 0
+    _, inverse, local = np.unique(caption_key, return_inverse=True, return_counts=True)
+    return np.maximum(fitted, local[inverse])
+
+
+def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
+                  significance: np.ndarray, new: np.ndarray, counts: np.ndarray) -> None:
+    """Specificity of the new clean pairs against the fit's pool, in place (rare captions
+    exempt, as in one pass)."""
+    if "pool.images" not in fit.arrays:
+        return
+    local = np.flatnonzero(parts[new] == CLEAN_SIGNIFICANT)
+    if not len(local):
+        return
+    pool = torch.from_numpy(fit.arrays["pool.images"])
+    pool_key = fit.arrays["pool.image_key"]
+    image_key = vector_keys(features.image_data)
+    k = len(pool_key) + 1
+    values = np.empty(len(local))
+    for start in range(0, len(local), _BLOCK):
+        block = local[start:start + _BLOCK]
+        groups = features.image_group[block]
+        texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
+        own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
+        others = texts @ pool.T
+        same = torch.from_numpy(image_key[groups][:, None] == pool_key[None, :])
+        others = others.masked_fill(same, float("-inf"))
+        log_p = torch.log_softmax(torch.cat([own[:, None], others], 1) / TEMPERATURE, 1)[:, 0]
+        values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
+    significance[new[local]] = values
+    # a caption used at most rare_count times stays significant (as in one pass)
+    rare = counts[local] <= fit.meta["cut"]["rare_count"]
+    parts[new[local[(values < 1) & ~rare]]] = CLEAN_INSIGNIFICANT
+
+
+def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor: np.ndarray,
+            donor_score: np.ndarray, new: np.ndarray, caption_key: np.ndarray) -> None:
+    """Pseudo-captions of the new noisy pairs among the fit's donors, in place."""
+    if "donors.keys" not in fit.arrays:
+        return
+    local = np.flatnonzero(parts[new] == NOISY)
+    if not len(local) or not len(fit.arrays["donors.keys"]):
+        return
+    keys = torch.from_numpy(fit.arrays["donors.keys"])
+    donor_text = fit.arrays["donors.text_key"]
+    own_text = caption_key[local]
+    for start in range(0, len(local), _BLOCK):
+        block = local[start:start + _BLOCK]
+        queries = torch.from_numpy(embeddings.images[features.image_group[block]]).float()
+        sims = queries @ keys.T
+        same = torch.from_numpy(own_text[start:start + len(block)][:, None] == donor_text[None, :])
+        top = sims.masked_fill(same, float("-inf")).max(dim=1)
+        score = top.values.numpy()
+        keep = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
+        rows = new[block[keep]]
+        donor[rows] = fit.arrays["donors.entry"][top.indices.numpy()[keep]]
+        donor_score[rows] = score[keep]

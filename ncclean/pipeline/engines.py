@@ -1,0 +1,135 @@
+"""Engines that apply a fit to every input shard: ``local`` (shard by shard in this process) and
+``ray`` (Ray Data: a dataset of shard jobs, ``map_batches`` over an actor pool in which every
+actor loads the fit once; each actor writes its shards through :func:`apply_shard`, so names,
+atomic writes and completion marks are the same with either engine).
+
+A shard whose output is complete (:func:`ncclean.data.shards.output_complete`) is skipped, so a
+rerun after an interruption writes only the rest; every shard is written by one call, so two
+engines given one fit write the same bytes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from ncclean.data.schema import Columns
+from ncclean.data.shards import InputShard, completion_metadata, output_complete, read_shard
+from ncclean.errors import BadOptionError
+from ncclean.options import RunOptions
+from ncclean.progress import Progress, no_progress
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One input shard and its output file; ``mark``: record the fit's hash and the row count
+    in the output's metadata (a sharded run's completion mark)."""
+
+    shard: InputShard
+    out: Path
+    mark: bool = True
+
+
+def shard_rows(shard: InputShard) -> int:
+    """The shard's row count (a tar's samples are counted by reading it)."""
+    if shard.kind == "parquet":
+        return pq.ParquetFile(shard.path).metadata.num_rows
+    return read_shard(shard).num_rows
+
+
+def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: str) -> dict:
+    """Score ``job.shard`` with ``fit`` and write ``job.out`` (skipped when already complete);
+    a report: stem, rows, partition counts, pseudo-captions, whether it was skipped."""
+    from ncclean.data.corpus import read_corpus
+    from ncclean.data.parquet import sidecar_path, write_json, write_pairs
+    from ncclean.data.results import partition_counts
+    from ncclean.models.features import build_features
+    from ncclean.models.matcher import MatcherConfig
+    from ncclean.pipeline.apply import apply_to_corpus
+
+    report = {"stem": job.shard.stem, "output": str(job.out)}
+    n_rows = shard_rows(job.shard)
+    if job.mark and output_complete(job.out, fit.hash, n_rows):
+        done = pq.read_table(job.out, columns=["partition", "pseudo_caption"])
+        return report | {"n_rows": n_rows, "skipped": True,
+                         "partition_counts": partition_counts(done.column(0).combine_chunks()),
+                         "n_pseudo_captions": n_rows - done.column(1).null_count}
+    for stale in job.out.parent.glob(f".{job.out.name}.*.tmp"):  # left by a killed run
+        stale.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ncclean-shard-") as scratch:
+        path = job.shard.path
+        if job.shard.kind != "parquet":  # one shard, held in memory anyway
+            path = Path(scratch) / f"{job.shard.stem}.parquet"
+            pq.write_table(read_shard(job.shard), path)
+        fitted_columns = fit.meta["columns"]
+        corpus = read_corpus(path, _columns(columns, fitted_columns), strict=run.strict,
+                             image_size=None, cache_dir=None)
+        features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
+                                  cache_dir=None, device=device)
+        applied = apply_to_corpus(fit, corpus, features, device)
+        updates = applied.columns
+        if job.shard.kind == "webdataset":  # images referenced (image_ref), not copied
+            from ncclean.data.webdataset import IMAGE_BYTES
+
+            updates = updates | {IMAGE_BYTES: _nulls(corpus.n_pairs)}
+        write_pairs(corpus.source, job.out, updates,
+                    metadata=completion_metadata(fit.hash, n_rows) if job.mark else None)
+    counts = partition_counts(applied.columns["partition"])
+    report |= {"n_rows": corpus.n_pairs, "skipped": False, "n_applied": applied.n_applied,
+               "partition_counts": counts,
+               "n_pseudo_captions": corpus.n_pairs - applied.columns["pseudo_caption"].null_count}
+    if not job.mark:  # a single output file gets its own sidecar, as one pass writes
+        write_json(sidecar_path(job.out), {"fit": fit.hash, "n_rows": corpus.n_pairs,
+                                           "partition_counts": counts})
+    return report
+
+
+def _nulls(n: int):
+    import pyarrow as pa
+
+    return pa.nulls(n, pa.binary())
+
+
+def _columns(columns: Columns, fitted: dict) -> Columns:
+    """The columns to read: the fit's embedding columns (the corpus must have the same ones)."""
+    from dataclasses import replace
+
+    return replace(columns, image_emb=fitted["image_emb"], text_emb=fitted["text_emb"],
+                   caption=columns.caption if columns.caption != "caption"
+                   else fitted["caption"], id=columns.id or fitted["id"])
+
+
+def run_local(fit_dir: Path, fit_hash: str, jobs: list[ShardJob], columns: Columns,
+              run: RunOptions, device: str, address: str | None = None,
+              progress: Progress = no_progress) -> list[dict]:
+    """Every job in this process, in order; the fit is loaded once."""
+    from ncclean.pipeline.fit import load_fit
+
+    fit = load_fit(fit_dir, device)
+    reports = []
+    for k, job in enumerate(jobs):
+        progress("apply", k, len(jobs), job.shard.stem)
+        reports.append(apply_shard(fit, job, columns, run, device))
+    progress("apply", len(jobs), len(jobs))
+    return reports
+
+
+def run_engine(engine: str, fit_dir: Path, fit_hash: str, jobs: list[ShardJob],
+               columns: Columns, run: RunOptions, device: str, address: str | None,
+               progress: Progress = no_progress) -> list[dict]:
+    """Apply the fit saved at ``fit_dir`` to ``jobs`` with ``engine`` (:data:`ENGINES`)."""
+    if engine not in ENGINES:
+        raise BadOptionError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return ENGINES[engine](fit_dir, fit_hash, jobs, columns, run, device, address, progress)
+
+
+def _run_ray(*args, **kwargs) -> list[dict]:
+    from ncclean.pipeline.ray_engine import run_ray
+
+    return run_ray(*args, **kwargs)
+
+
+ENGINES = {"local": run_local, "ray": _run_ray}

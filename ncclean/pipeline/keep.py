@@ -1,0 +1,165 @@
+"""Keep a fit from a one-pass scoring run of the fit sample (:func:`fit_from_state`).
+
+The one pass (:func:`ncclean.pipeline.score.score_corpus`) hands its in-memory state to
+:func:`fit_from_state`, which keeps what :mod:`ncclean.pipeline.apply` needs to score any other
+pair the same way: the sample's own results, the signal-to-probability table, the alignment, the
+reference sets of the stages, the negative pool of ``gmm`` and the caption counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ncclean.data.results import CLEAN, PARTITIONS
+from ncclean.data.shards import pair_keys, text_keys, vector_keys
+from ncclean.pipeline.fit import FORMAT, Fit, put_text, signal_table
+from ncclean.records import as_record
+
+SIGNIFICANCE_BANK = 20_000  # SignificanceConfig's bank_size and bank_threshold, as in one pass
+SIGNIFICANCE_THRESHOLD = 0.9
+NEGATIVE_POOL = 1024  # gmm's fixed negative pool for pairs it did not train on
+
+
+def fit_from_state(state: dict, method, seed: int, significance_mode: str,
+                   pseudo_captions: bool) -> Fit:
+    """A :class:`Fit` from ``state`` (what ``score_corpus`` hands ``on_scored``), ``method`` the
+    fitted method object."""
+    from ncclean.stages import reference_cap
+    from ncclean.stages.significance import confident_pool
+
+    corpus, features, result = state["corpus"], state["features"], state["result"]
+    clean_prob, parts, stages = state["clean_prob"], state["parts"], state["stages"]
+    rows = features.rows
+    ids = corpus.ids.to_pylist()
+    keys = pair_keys([ids[r] for r in rows])
+    order = np.argsort(keys, kind="stable")
+    arrays: dict[str, np.ndarray] = {"sample.key": keys[order]}
+    arrays["sample.clean_prob"] = np.asarray(clean_prob, dtype=np.float64)[order]
+    codes = {name: k for k, name in enumerate(PARTITIONS)}
+    arrays["sample.partition"] = np.array([codes[p] for p in parts], dtype=np.uint8)[order]
+    n = features.n_pairs
+    arrays["sample.significance"] = (np.full(n, np.nan) if stages.significance is None
+                                     else np.asarray(stages.significance, np.float64))[order]
+    for name, values in result.columns.items():
+        arrays[f"column.{name}"] = np.asarray(values)[order]
+
+    donor_rows: list[int] = []  # input rows of every donor the fit refers to
+    sample_donor = np.full(n, -1, dtype=np.int64)
+    if stages.donor is not None:
+        has = stages.donor >= 0
+        sample_donor[has] = len(donor_rows) + np.arange(int(has.sum()))
+        donor_rows += rows[stages.donor[has]].tolist()
+        arrays["sample.donor_score"] = np.asarray(stages.donor_score, np.float32)[order]
+    arrays["sample.donor"] = sample_donor[order]
+
+    embeddings = result.embeddings
+    meta_extra: dict = {}
+    candidates = np.isin(parts, list(CLEAN))
+    if significance_mode == "specificity" and stages.significance is not None:
+        size = min(SIGNIFICANCE_BANK, reference_cap(int(candidates.sum())))
+        pool = confident_pool(clean_prob, candidates, SIGNIFICANCE_THRESHOLD, size, seed)
+        groups = np.unique(features.image_group[pool])
+        arrays["pool.images"] = embeddings.images[groups].astype(np.float32)
+        arrays["pool.image_key"] = vector_keys(features.image_data[groups])
+    if pseudo_captions and stages.donor is not None:
+        refs = np.flatnonzero(candidates)
+        _, first = np.unique(features.text_group[refs], return_index=True)
+        refs = refs[np.sort(first)]
+        cap = reference_cap(int((parts == "noisy").sum()))
+        if len(refs) > cap:
+            refs = np.sort(np.random.default_rng([seed, 67]).choice(refs, cap, replace=False))
+        arrays["donors.keys"] = embeddings.texts[features.text_group[refs]].astype(np.float32)
+        arrays["donors.text_key"] = text_keys([corpus.captions[r] for r in rows[refs]])
+        arrays["donors.entry"] = len(donor_rows) + np.arange(len(refs), dtype=np.int64)
+        donor_rows += rows[refs].tolist()
+        meta_extra["donor_min_score"] = stages.report["pseudo_captions"]["min_score"]
+    put_text(arrays, "donor_caption", [corpus.captions[r] for r in donor_rows])
+    put_text(arrays, "donor_id", [str(ids[r]) for r in donor_rows])
+
+    captions = [corpus.captions[r] for r in rows]
+    caption_key, count = np.unique(text_keys(captions), return_counts=True)
+    arrays["captions.key"], arrays["captions.count"] = caption_key, count.astype(np.int64)
+
+    signal, prob = _signal(method, features, result, clean_prob, arrays, meta_extra, seed)
+    arrays["table.x"], arrays["table.y"] = signal_table(signal, prob)
+    cut = state["cut"]
+    noisy = parts == "noisy"
+    meta = {
+        "format": FORMAT, "method": method.name, "params": method.params(), "seed": seed,
+        "columns": {"caption": corpus.columns.caption, "id": corpus.columns.id,
+                    "image_emb": corpus.columns.image_emb, "text_emb": corpus.columns.text_emb},
+        "id_type": str(corpus.ids.type),
+        "widths": [int(features.image_data.shape[1]), int(features.text_data.shape[1])],
+        "matcher": state["config"].to_dict(),
+        "cut": as_record(cut),
+        "noisy_up_to": float(np.asarray(clean_prob)[noisy].max()) if noisy.any() else None,
+        "significance": significance_mode, "pseudo_captions": pseudo_captions,
+        "noise_rate": result.noise_rate,
+        "columns_out": {name: str(np.asarray(v).dtype) for name, v in result.columns.items()},
+        "sample": {"n_pairs": int(n), "content_hash":
+                   hashlib.sha256(arrays["sample.key"].tobytes()).hexdigest()},
+    } | meta_extra
+    return Fit(meta=meta, arrays=arrays, matcher=result.matcher if method.name == "gmm" else None)
+
+
+def _signal(method, features, result, clean_prob: np.ndarray, arrays: dict, meta: dict,
+            seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(signal, probability)`` of the sample's pairs, ``(n,) float64`` each: what a pair not
+    trained on is read with. Also stores what computing the signal for another pair needs (the
+    alignment, the negative pool)."""
+    if method.name == "clip":
+        if "alignment" in result.report:  # refit the (deterministic) CCA clip fitted
+            from ncclean.methods.align import fit_alignment
+            from ncclean.methods.clip import raw_embeddings
+
+            raw = raw_embeddings(features)
+            alignment = fit_alignment(raw.images, raw.texts, features.image_group,
+                                      features.text_group, method.align_dims, method.align_ridge)
+            for name in ("image_mean", "text_mean", "image_projection", "text_projection"):
+                arrays[f"align.{name}"] = np.asarray(getattr(alignment, name))
+            meta["alignment"] = alignment.describe()
+        meta["signal"] = "clip_sim"
+        return np.asarray(result.columns["clip_sim"], dtype=np.float64), clean_prob
+    # gmm: the final matcher's mean hinge loss against a fixed pool of the sample's pairs
+    from ncclean.train.scoring import pair_losses
+
+    embeddings = result.embeddings
+    n = features.n_pairs
+    pool = np.sort(np.random.default_rng([seed, 7919]).choice(
+        n, size=min(NEGATIVE_POOL, n), replace=False))
+    arrays["negatives.images"] = embeddings.images[features.image_group[pool]].astype(np.float32)
+    arrays["negatives.texts"] = embeddings.texts[features.text_group[pool]].astype(np.float32)
+    arrays["negatives.image_key"] = vector_keys(features.image_data[features.image_group[pool]])
+    arrays["negatives.text_key"] = vector_keys(features.text_data[features.text_group[pool]])
+    meta["signal"] = "pool_loss"
+    meta["margin"] = float(method.margin)
+    losses = pair_losses(embeddings, features, margin=method.margin, negatives="pool",
+                         pool_size=NEGATIVE_POOL, seed=seed)
+    from ncclean.methods.mixture import fit_clean_posterior
+
+    posterior, mixture = fit_clean_posterior(losses, "low", seed=seed)
+    meta["mixture"] = mixture.as_dict()
+    meta["calibration"] = {"pairs": int(n), "on": "the fit sample (no held-out pairs)"}
+    return losses, posterior  # the fitted mixture's posterior, not the training's
+
+
+def calibrate(fit: Fit, corpus, features, device: str = "cpu") -> None:
+    """Refit ``gmm``'s mixture on held-out pairs (``features`` of ``corpus``: pairs beyond the
+    fit sample, never trained on), in place. A matcher fits the pairs it trained on, noisy ones
+    included, so their losses run lower than a new pair's: a mixture fitted on them reads
+    nearly every new pair as noisy (measured in ``benchmarks/results/scale.md``)."""
+    if fit.meta["method"] != "gmm" or features.n_pairs < 50:
+        return
+    from ncclean.methods.mixture import fit_clean_posterior
+    from ncclean.pipeline.apply import pool_losses
+    from ncclean.train.scoring import embed
+
+    embeddings = embed(fit.matcher, features, device, dtype=np.float32)
+    losses = pool_losses(fit, features, embeddings)
+    posterior, mixture = fit_clean_posterior(losses, "low", seed=fit.meta["seed"])
+    fit.arrays["table.x"], fit.arrays["table.y"] = signal_table(losses, posterior)
+    fit.meta["mixture"] = mixture.as_dict()
+    fit.meta["calibration"] = {"pairs": int(features.n_pairs),
+                               "on": "held-out pairs (the next smallest id hashes)"}

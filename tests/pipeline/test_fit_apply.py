@@ -1,0 +1,125 @@
+"""Fit once, apply anywhere: below the fit sample the output is one pass's, byte for byte; the
+sampled fit does not depend on shard order; applied pairs are scored for real."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ncclean.api import score
+from ncclean.data.schema import Columns
+from ncclean.errors import BadOptionError
+from ncclean.options import ScaleOptions
+from ncclean.pipeline.fit import load_fit
+from tests.pipeline.corpora import vector_table, write_shards
+
+COLUMNS = Columns(image_emb="img", text_emb="txt")
+PARAMS = {"clip": None, "gmm": {"epochs": "2", "warmup_epochs": "1"}}
+
+
+def run(input, output, method="clip", **scale):
+    return score(input, output, method, PARAMS[method], columns=COLUMNS, seed=1,
+                 cache_dir=False, scale=ScaleOptions(**scale) if scale else None)
+
+
+@pytest.mark.parametrize("method", ["clip", "gmm"])
+def test_fit_and_apply_below_the_sample_are_one_pass(method, tmp_path):
+    pq.write_table(vector_table(240), tmp_path / "in.parquet")
+    run(tmp_path / "in.parquet", tmp_path / "one.parquet", method)
+    run(tmp_path / "in.parquet", tmp_path / "fitted.parquet", method, save_fit=tmp_path / "fit",
+        fit_sample=1000)
+    run(tmp_path / "in.parquet", tmp_path / "applied.parquet", method, fit=tmp_path / "fit")
+    one = (tmp_path / "one.parquet").read_bytes()
+    assert (tmp_path / "fitted.parquet").read_bytes() == one
+    assert (tmp_path / "applied.parquet").read_bytes() == one
+    meta = json.loads((tmp_path / "fit" / "fit.json").read_text())
+    assert meta["method"] == method and meta["sample"]["n_pairs"] == 240
+    assert len(meta["sample"]["content_hash"]) == 64
+
+
+def test_sampled_fit_does_not_depend_on_shard_order(tmp_path):
+    table = vector_table(400)
+    write_shards(table, tmp_path / "three", 3)
+    five = write_shards(table, tmp_path / "five", 5)
+    for k, path in enumerate(sorted(five.iterdir())):  # names now sort in reverse row order
+        path.rename(five / f"{chr(ord('z') - k)}.parquet")
+    hashes = []
+    for name in ("three", "five"):
+        run(tmp_path / name, tmp_path / f"out-{name}", fit_sample=150,
+            save_fit=tmp_path / f"fit-{name}")
+        hashes.append(load_fit(tmp_path / f"fit-{name}").hash)
+    assert hashes[0] == hashes[1]
+    outputs = {}
+    for name in ("three", "five"):
+        parts = [pq.read_table(p) for p in sorted((tmp_path / f"out-{name}").glob("*.parquet"))]
+        outputs[name] = pa.concat_tables(parts).sort_by("id")
+    assert outputs["three"].equals(outputs["five"])
+    assert outputs["three"].num_rows == 400
+
+
+def test_applied_pairs_are_scored_by_their_own_vectors(tmp_path):
+    table = vector_table(600, noise=0.4, seed=3)
+    write_shards(table, tmp_path / "in", 4)
+    run(tmp_path / "in", tmp_path / "out", fit_sample=200, save_fit=tmp_path / "fit")
+    fit = load_fit(tmp_path / "fit")
+    out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
+    assert out.column("id").to_pylist() == table.column("id").to_pylist()  # every row, in order
+    from ncclean.data.shards import pair_keys
+
+    applied = ~np.isin(pair_keys(out.column("id")), fit.arrays["sample.key"])
+    assert applied.sum() == 400
+    prob = np.asarray(out.column("clean_prob").to_pylist())[applied]
+    noisy = np.asarray(out.column("noisy_gt").to_pylist())[applied]
+    from sklearn.metrics import roc_auc_score
+
+    assert roc_auc_score(~noisy, prob) > 0.9
+    parts = np.asarray(out.column("partition").to_pylist())[applied]
+    assert (parts[noisy] == "noisy").mean() > 0.8
+
+
+def test_methods_that_cannot_apply_refuse_in_one_line(tmp_path):
+    pq.write_table(vector_table(60), tmp_path / "in.parquet")
+    with pytest.raises(BadOptionError, match="support the methods clip, gmm"):
+        score(tmp_path / "in.parquet", tmp_path / "o.parquet", "sdd", columns=COLUMNS,
+              scale=ScaleOptions(fit_sample=100))
+    with pytest.raises(BadOptionError, match="need precomputed vectors"):
+        score(tmp_path / "in.parquet", tmp_path / "o.parquet", "clip",
+              scale=ScaleOptions(fit_sample=100))
+    with pytest.raises(BadOptionError, match="does not combine"):
+        ScaleOptions(fit=tmp_path / "f", fit_sample=10)
+
+
+def test_a_fit_refuses_vectors_of_other_widths(tmp_path):
+    pq.write_table(vector_table(80, d=16), tmp_path / "a.parquet")
+    pq.write_table(vector_table(80, d=8), tmp_path / "b.parquet")
+    run(tmp_path / "a.parquet", tmp_path / "a-out.parquet", save_fit=tmp_path / "fit")
+    from ncclean.pipeline.fit import FitError
+
+    with pytest.raises(FitError, match="widths 8 and 8, but the fit was made on 16 and 16"):
+        run(tmp_path / "b.parquet", tmp_path / "b-out.parquet", fit=tmp_path / "fit")
+    with pytest.raises(FitError, match="no fit there"):
+        run(tmp_path / "b.parquet", tmp_path / "b-out.parquet", fit=tmp_path / "nothing")
+
+
+def test_shards_below_the_sample_are_one_pass_split_by_shard(tmp_path):
+    write_shards(vector_table(300, seed=4), tmp_path / "in", 3)
+    run(tmp_path / "in", tmp_path / "one.parquet")  # today's one pass: one file for the folder
+    run(tmp_path / "in", tmp_path / "out", fit_sample=300)
+    one = pq.read_table(tmp_path / "one.parquet")
+    parts = [pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))]
+    assert [p.num_rows for p in parts] == [100, 100, 100]
+    assert pa.concat_tables(parts).replace_schema_metadata(None).equals(
+        one.replace_schema_metadata(None))
+
+
+def test_gmm_calibrates_its_mixture_on_held_out_pairs(tmp_path):
+    write_shards(vector_table(400, noise=0.4, seed=6), tmp_path / "in", 2)
+    run(tmp_path / "in", tmp_path / "out", "gmm", fit_sample=200, save_fit=tmp_path / "fit")
+    calibration = load_fit(tmp_path / "fit").meta["calibration"]
+    assert calibration["pairs"] == 200 and calibration["on"].startswith("held-out")
+    run(tmp_path / "in", tmp_path / "all", "gmm", save_fit=tmp_path / "fit-all")
+    assert load_fit(tmp_path / "fit-all").meta["calibration"]["on"].startswith("the fit sample")
