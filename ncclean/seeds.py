@@ -32,6 +32,7 @@ TORCH_PURPOSES: dict[str, tuple[int, int]] = {
 NUMPY_PURPOSES: dict[str, int] = {
     "reference-pool": 31,  # the confident pairs the significance stage searches
     "donor-sample": 67,  # the clean donors the pseudo-caption stage searches, when capped
+    "donor-null": 71,  # the random (noisy image, clean caption) pairs of its score floor
     "significance-pass": 53,  # the order of the k-th pass of SDD's ratio
     "crcl-scoring": 4111,  # the fixed batches of CRCL's k-th eval pass
     "negative-pool": 7919,  # the fixed negatives of per-pair losses (train.scoring)

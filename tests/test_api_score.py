@@ -25,7 +25,8 @@ def noisy(tmp_path_factory):
 
 
 def score(noisy, out, **kwargs):
-    options = dict(params=FAST, cache_dir=out.parent / "cache", **SMALL_MATCHER) | kwargs
+    options = dict(method="gmm", params=FAST, cache_dir=out.parent / "cache",
+                   **SMALL_MATCHER) | kwargs
     return api.score(noisy, out, **options)
 
 
@@ -291,7 +292,8 @@ def test_cli_option_objects_and_loose_keywords_write_the_same_bytes(noisy, tmp_p
     from ncclean.options import Cut, MatcherOptions, RunOptions, StageOptions
 
     cache = tmp_path / "cache"
-    args = ["score", str(noisy), "-o", str(tmp_path / "cli.parquet"), "--seed", "4",
+    args = ["score", str(noisy), "-o", str(tmp_path / "cli.parquet"), "--method", "gmm",
+            "--seed", "4",
             "--image-size", "32", "--embed-dim", "32", "--clean-above", "0.6",
             "--significance-passes", "2", "--cache-dir", str(cache), "--json"]
     for key, value in FAST.items():

@@ -379,7 +379,8 @@ class DisNCL(Method):
     lr: float = param(2e-4, low=0, low_open=True, help="Adam's rate; x0.1 at half")
     batch_size: int = param(128, low=2, help="pairs per step")
     grad_clip: float = param(2.0, low=0, help="gradient norm clip (0: off)")
-    head_dim: int | None = param(None, low=1, rule="half the matcher's width")
+    head_dim: int | None = param(None, low=1, rule="half the matcher's width",
+                                 help="width of the invariant and exclusive parts")
     hidden: int = param(256, low=1, help="hidden width of heads and discriminators")
     score: Literal["loss", "sim", "keep"] = param("loss", help="what clean_prob is fitted on")
     negatives: Literal["pool", "batches"] = param("pool", help="fixed negatives of the loss")

@@ -105,7 +105,7 @@ def test_help_lists_choices_shows_flags_as_flags_and_cuts_no_name(capsys, comman
     text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split())
     assert " ".join(EXIT_CODES.split()) in text
     if command == "score":
-        assert re.search(r"--method\s+<auto\|clip\|crcl\|gmm\|pc2\|sdd", out)
+        assert re.search(r"--method\s+<auto\|clip\|crcl\|disncl\|gmm\|pc2\|sdd", out)
 
 
 # --------------------------------------------------------------------------------- nonsense cuts

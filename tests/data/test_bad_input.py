@@ -206,7 +206,7 @@ CASES = [
     ("a non-numeric clean_prob: split", string_clean_prob, ["split", "{input}", "-o", "{dir}/s"],
      2, "clean_prob holds string, not numbers", None),
     ("a learning rate below zero", embeddings("plain"), [*CLIP, "-p", "lr=-1"], 2,
-     "method 'clip': -p lr must be > 0, got -1.0", None),
+     "parameter 'lr' of 'clip': -1.0 must be > 0", None),
     ("a noise rate and a threshold it would ignore", embeddings("plain"),
      [*CLIP, "--noise-rate", "0.2", "--clean-above", "0.9"], 2,
      "--noise-rate cuts by a share and wins over --clean-above", None),
