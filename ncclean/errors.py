@@ -42,3 +42,15 @@ class BadOptionError(NcCleanError):
 
 class IndexFileError(NcCleanError):
     """A noise index file does not fit the corpus it is applied to."""
+
+
+class UnknownMethodError(NcCleanError):
+    """No method, or more than one, answers to the requested name."""
+
+
+class CheckpointError(NcCleanError):
+    """A matcher checkpoint is missing, unreadable or of another format."""
+
+
+class FitError(NcCleanError):
+    """A fit cannot be read, or does not fit the corpus or options it is applied to."""

@@ -48,6 +48,7 @@ from ncclean.models.features import Features
 from ncclean.models.matcher import MatcherConfig, build_matcher
 from ncclean.progress import Progress, no_progress
 from ncclean.records import Summary
+from ncclean.seeds import derive_seed
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import contrastive_ce, negative_mask
 from ncclean.train.scoring import embed as embed_pairs
@@ -133,7 +134,7 @@ class Plain(Objective):
 
     def loss(self, model, step: Any, epoch: int) -> torch.Tensor:
         batch = self.features.batch(step, self.device)
-        sims = model.encode_images(*batch.images) @ model.encode_texts(*batch.texts).T
+        sims = model.batch_similarity(batch)
         i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group),
                                   self.config.temperature)
         weights = self.weights[step].to(self.device)
@@ -164,7 +165,7 @@ def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
         subset = Features(rows=subset.rows, image_group=subset.image_group,
                           text_group=swapped, image_data=subset.image_data,
                           text_data=subset.text_data, text_lengths=subset.text_lengths)
-    matcher = build_matcher(matcher_config, seed=seed * 1009 + 77)
+    matcher = build_matcher(matcher_config, seed=derive_seed(seed, "retrain-matcher"))
     objective = Plain(subset, arm.weights, config, device, test)
     epochs = math.ceil(config.steps / objective.per_epoch)
     decay = config.steps if config.schedule == "cosine" else 0

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ncclean.errors import BadOptionError, NcCleanError
+from ncclean.errors import BadOptionError, UnknownMethodError
 from ncclean.progress import Progress, no_progress
 
 ENTRY_POINT_GROUP = "ncclean.methods"
@@ -42,10 +42,6 @@ BUILTIN: dict[str, str] = {
     "pc2": "ncclean.methods.pc2:PC2",
     "sdd": "ncclean.methods.sdd:SDD",
 }
-
-
-class UnknownMethodError(NcCleanError):
-    """No method, or more than one, answers to the requested name."""
 
 
 def param(default: Any, *, low: float | None = None, high: float | None = None,

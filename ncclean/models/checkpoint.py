@@ -14,15 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ncclean.data.parquet import atomic_path, sidecar_path, write_json
-from ncclean.errors import NcCleanError
+from ncclean.errors import CheckpointError
 from ncclean.models.matcher import Ensemble, Matcher, MatcherConfig
 from ncclean.provenance import versions
 
 FORMAT = "ncclean-matcher/1"
-
-
-class CheckpointError(NcCleanError):
-    """A matcher checkpoint is missing, unreadable or of another format."""
 
 
 def save_matcher(path: str | os.PathLike, matcher: Matcher | Ensemble,

@@ -29,15 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ncclean.errors import BadOptionError, NcCleanError
+from ncclean.errors import BadOptionError, FitError
 
 FORMAT = "ncclean-fit/1"
 APPLIES = ("clip", "gmm")  # methods that can score a pair they did not train on
 JSON_NAME, ARRAYS_NAME, MATCHER_NAME = "fit.json", "fit.safetensors", "matcher.safetensors"
-
-
-class FitError(NcCleanError):
-    """A fit cannot be read, or does not fit the corpus or options it is applied to."""
 
 
 @dataclass
