@@ -239,7 +239,7 @@ def retrain(
     input: PathLike,
     test: PathLike | None = None,
     *,
-    keep: str = "clean",
+    keep: str | None = None,
     pseudo_captions: bool = False,
     baseline: bool = False,
     columns: Columns = Columns(),
@@ -270,7 +270,9 @@ def retrain(
     ``constant`` or ``cosine`` (from 2e-4 down to 0 over the steps). ``matcher``: a saved
     matcher (``score --save-matcher``, the method's own noise-robust training) evaluated
     untrained on ``test`` as one more arm, ``matcher``, with its own share of the gap; how the
-    papers judge a method, where the other arms judge its selection. ``test_columns``: the test
+    papers judge a method, where the other arms judge its selection. ``keep`` ``None``: what
+    the scoring run's preset says (:data:`ncclean.options.PRESETS`), else ``clean``.
+    ``test_columns``: the test
     file's own column names (``caption``, ``image``, ``image_emb``, ``text_emb``, ...), the
     scored file's where not given. ``test=None``: a deterministic tenth of the valid pairs with a
     unique caption is held out of every arm as the test set, with a warning in the summary
@@ -281,7 +283,7 @@ def retrain(
     from ncclean.evaluate.retrain import KEEPS, SCHEDULES, RetrainConfig
     from ncclean.pipeline.retrain import retrain_scored
 
-    if keep not in KEEPS:
+    if keep is not None and keep not in KEEPS:
         raise BadOptionError(f"--keep must be one of {', '.join(KEEPS)}, got {keep!r}")
     if steps < 1:
         raise BadOptionError(f"--steps must be at least 1, got {steps}")

@@ -87,6 +87,7 @@ class Cut:
     noise_rate: float | str | None = None
     rare_clean_above: float | None = None
     rare_count: int = 2
+    preset: str | None = None  # the PRESETS entry this cut came from, if any
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.noisy_below <= self.clean_above <= 1.0:
@@ -140,6 +141,33 @@ class Cut:
 
 _UNSET = ((0.5, 0.5), (0.8, 0.5))  # Cut()'s and DEFAULT_CUT's thresholds: not asked for
 DEFAULT_CUT = Cut(clean_above=0.8, noisy_below=0.5)
+
+#: What a scored file is for (``score --preset``): the cut ``score`` uses, and what ``retrain``
+#: trains on unless ``--keep`` says otherwise. ``review``: calibrated thresholds, vague pairs
+#: to look at (the default cut). ``gate``: the noisy partition is the method's estimated share,
+#: so ``check --max-noisy`` bounds the estimated noise rate. ``train``: rare captions clean from
+#: 0.3 and retraining on ``clean_significant``, the best training set measured (117% of the
+#: noisy-to-oracle gap at 50% noise with clip on pretrained towers, benchmarks/results/retrain.md).
+PRESETS: dict[str, dict] = {
+    "review": {"cut": {}, "keep": "clean"},
+    "gate": {"cut": {"noise_rate": "auto"}, "keep": "clean"},
+    "train": {"cut": {"rare_clean_above": 0.3}, "keep": "significant"},
+}
+
+
+def preset_cut(name: str, rare_count: int = 2) -> Cut:
+    """The :class:`Cut` of preset ``name`` (:data:`PRESETS`); :class:`BadOptionError` for an
+    unknown name."""
+    if name not in PRESETS:
+        raise BadOptionError(f"--preset must be one of {', '.join(PRESETS)}, got {name!r}")
+    return replace(DEFAULT_CUT, rare_count=rare_count, preset=name, **PRESETS[name]["cut"])
+
+
+def preset_keep(record: dict) -> str:
+    """What ``retrain`` trains on by default for a scored file with run ``record``: its
+    preset's ``keep``, else ``clean``."""
+    preset = ((record.get("options") or {}).get("cut") or {}).get("preset")
+    return PRESETS.get(preset, PRESETS["review"])["keep"]
 """``score``'s cut: noisy below 0.5, clean from 0.8, vague between."""
 
 

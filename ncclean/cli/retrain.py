@@ -20,10 +20,12 @@ def retrain(
         help="Held-out test pairs (Parquet), never seen by the scoring run [default: a tenth of "
         "the valid pairs with a unique caption, chosen by id and held out of training; see the "
         "warning it prints].", show_default=False)] = None,
-    keep: Annotated[Literal["clean", "significant", "clean+vague", "weighted"], typer.Option(
+    keep: Annotated[Literal["clean", "significant", "clean+vague", "weighted"] | None,
+                    typer.Option(
         help="What to train on: the clean partitions, clean_significant alone (no "
         "correct-but-empty captions), clean and vague, or every pair weighted by "
-        "clean_prob.")] = "clean",
+        "clean_prob [default: what the scoring run's --preset says, else clean].",
+        show_default=False)] = None,
     pseudo_captions: Annotated[bool, typer.Option(
         "--pseudo-captions", help="Train the noisy pairs with their suggested captions.")]
     = False,

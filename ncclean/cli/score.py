@@ -68,6 +68,12 @@ def score(
         "at most --rare-count times): a cut for training sets, which lose most through the rare "
         "clean pairs a high threshold drops.", rich_help_panel="Partition",
         show_default=False)] = None,
+    preset: Annotated[Literal["review", "gate", "train"] | None, typer.Option(
+        help="What the output is for; sets the cut (not with the options above) and what "
+        "'retrain' trains on: review = the thresholds [default]; gate = the noisy partition is "
+        "the method's estimated share, for 'check'; train = rare captions clean from 0.3, "
+        "retrain on clean_significant (docs/thresholds.md).", rich_help_panel="Partition",
+        show_default=False)] = None,
     rare_count: Annotated[int, typer.Option(
         min=1, help="How many times a caption may occur among the valid pairs and still count "
         "as rare (--rare-clean-above; a rare clean caption is always significant under "
@@ -147,6 +153,7 @@ def score(
         RunOptions,
         ScaleOptions,
         StageOptions,
+        preset_cut,
     )
     from ncclean.pipeline.score import resume_warning
 
@@ -174,10 +181,19 @@ def score(
         image_encoder=image_encoder, text_encoder=text_encoder, embed_dim=embed_dim,
         image_size=image_size, clip_model=clip_model, clip_pretrained=clip_pretrained,
         clip_checkpoint=clip_checkpoint, finetune=finetune, load_matcher=load_matcher)
-    cut = Cut(clean_above=DEFAULT_CUT.clean_above if clean_above is None else clean_above,
-              noisy_below=DEFAULT_CUT.noisy_below if noisy_below is None else noisy_below,
-              noise_rate=rate,
-              rare_clean_above=rare_clean_above, rare_count=rare_count)
+    if preset is not None:
+        cut_options = (("--clean-above", clean_above), ("--noisy-below", noisy_below),
+                       ("--noise-rate", noise_rate), ("--rare-clean-above", rare_clean_above))
+        given = [name for name, value in cut_options if value is not None]
+        if given:
+            raise BadOptionError(f"--preset {preset} sets the cut, so {given[0]} would be "
+                                 "ignored; give either --preset or the cut options")
+        cut = preset_cut(preset, rare_count)
+    else:
+        cut = Cut(clean_above=DEFAULT_CUT.clean_above if clean_above is None else clean_above,
+                  noisy_below=DEFAULT_CUT.noisy_below if noisy_below is None else noisy_below,
+                  noise_rate=rate,
+                  rare_clean_above=rare_clean_above, rare_count=rare_count)
     stages = StageOptions(significance=significance, significance_passes=significance_passes,
                           pseudo_captions=pseudo_captions)
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),

@@ -96,7 +96,8 @@ def _read(path: PathLike, what: str, columns: Columns, **kwargs):
             from None
 
 
-def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str, pseudo_captions: bool,
+def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str | None,
+                   pseudo_captions: bool,
                    baseline: bool, columns: Columns, config: RetrainConfig, seed: int,
                    image_encoder: str, text_encoder: str, matcher: PathLike | None,
                    device: str, cache_dir: PathLike | bool | None,
@@ -126,6 +127,10 @@ def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str, pseudo_
 
     cache = cache_path(cache_dir)
     scored = open_scored(input)
+    if keep is None:
+        from ncclean.options import preset_keep
+
+        keep = preset_keep(scored.sidecar)
     if pseudo_captions and "pseudo_caption_id" not in scored.source.schema.names:
         raise SchemaError(f"{input} has no pseudo_caption_id column; score it with "
                           "pseudo-captions on")
