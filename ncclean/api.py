@@ -139,21 +139,19 @@ def score(
 
     groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
                            keywords)
-    from ncclean.pipeline.sharded import wants_shards
-
-    if output is not None and wants_shards(input, output, scale):  # a folder of output shards
-        from ncclean.device import resolve_device
-        from ncclean.pipeline.sharded import score_sharded
-
-        run = groups["run"]
-        return score_sharded(input, output, method, params, columns, groups["matcher"],
-                             groups["cut"], groups["stages"], run, resolve_device(run.device),
-                             scale or ScaleOptions(), progress)
-    output = prepare_output(input, output)  # a bad output fails before torch is imported
-    from ncclean.device import resolve_device
+    from ncclean.pipeline.sharded import score_sharded, wants_shards
 
     run = groups["run"]
+    sharded = output is not None and wants_shards(input, output, scale)  # a folder of shards
+    if not sharded:
+        output = prepare_output(input, output)  # a bad output fails before torch is imported
+    from ncclean.device import resolve_device
+
     device = resolve_device(run.device)
+    if sharded:
+        return score_sharded(input, output, method, params, columns, groups["matcher"],
+                             groups["cut"], groups["stages"], run, device,
+                             scale or ScaleOptions(), progress)
     return score_corpus(input, output, method, params, columns, groups["matcher"], groups["cut"],
                         groups["stages"], run, device, progress)
 

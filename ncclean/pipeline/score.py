@@ -80,17 +80,6 @@ def resume_warning(run: RunOptions) -> str | None:
     return f"--resume: no checkpoint in {folder}; starting from scratch"
 
 
-def check_learning_rates(method: str, params: dict) -> None:
-    """Every learning rate (a parameter ``lr`` or ``*_lr``) must be a positive number: the
-    optimiser's own refusal comes only after the images are read, and reads like a bug."""
-    from ncclean.errors import BadOptionError
-
-    for name, value in params.items():
-        if (name == "lr" or name.endswith("_lr")) and isinstance(value, int | float) \
-                and not value > 0:
-            raise BadOptionError(f"method {method!r}: -p {name} must be > 0, got {value}")
-
-
 CHECKPOINT_STATE = "training-state.safetensors"
 """The name :mod:`ncclean.train.loop` saves a training state under (with a ``.json``)."""
 
@@ -178,7 +167,6 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
             raise BadOptionError(f"{error} (--method auto chose {method} for the "
                                  f"{config.image_tower} and {config.text_tower} towers; name "
                                  "--method to choose another)") from None
-    check_learning_rates(method, chosen.params())
     if run.save_matcher is not None and not getattr(chosen, "saves_matcher", True):
         raise BadOptionError(f"--save-matcher: the checkpoint format cannot hold {method}'s "
                              "matcher yet (it adds heads to a plain matcher); score without it")
