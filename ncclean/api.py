@@ -139,19 +139,22 @@ def score(
 
     groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
                            keywords)
-    from ncclean.pipeline.sharded import score_sharded, wants_shards
+    from ncclean.pipeline.score import default_output
+    from ncclean.pipeline.sharded import resolve_scale, score_sharded, wants_shards
 
     run = groups["run"]
-    sharded = output is not None and wants_shards(input, output, scale)  # a folder of shards
-    if not sharded:
-        output = prepare_output(input, output)  # a bad output fails before torch is imported
+    scale = resolve_scale(input, default_output(input) if output is None else output, method,
+                          columns, scale)
+    sharded = wants_shards(input, output, scale) if output is not None else scale.asked
+    if not sharded or output is None:  # a bad output fails before torch is imported
+        output = prepare_output(input, output)
     from ncclean.device import resolve_device
 
     device = resolve_device(run.device)
     if sharded:
         return score_sharded(input, output, method, params, columns, groups["matcher"],
                              groups["cut"], groups["stages"], run, device,
-                             scale or ScaleOptions(), progress)
+                             scale, progress)
     return score_corpus(input, output, method, params, columns, groups["matcher"], groups["cut"],
                         groups["stages"], run, device, progress)
 

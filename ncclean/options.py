@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from ncclean.errors import BadOptionError
 from ncclean.records import as_record
@@ -241,31 +241,51 @@ def options_record(**groups: Any) -> dict[str, dict]:
 ENGINES = ("local", "ray")
 
 
+AUTO_FIT_SAMPLE = 250_000
+"""``--fit-sample auto``: a corpus of two vector columns (and an id column) with more pairs than
+this is fitted on a sample of this many and applied part by part (memory bounded by the sample,
+not by the corpus: benchmarks/results/speed.md); smaller corpora get the one pass."""
+
+
 @dataclass(frozen=True)
 class ScaleOptions:
     """Scoring beyond one pass (:mod:`ncclean.pipeline.sharded`): ``fit_sample``: fit on every
-    pair up to this many and a deterministic sample (by a hash of the pair id) beyond (``None``:
-    every pair); ``save_fit``: write the fit there; ``fit``: apply this saved fit, no training;
-    ``engine``: ``local`` (shard by shard in this process) or ``ray`` (Ray Data, on
-    ``ray_address`` or a local cluster). The default, all unset, is the one pass."""
+    pair up to this many and a deterministic sample (by a hash of the pair id) beyond; ``"all"``:
+    every pair; ``"auto"`` (the default): :data:`AUTO_FIT_SAMPLE` for a corpus of vector columns
+    larger than that, every pair otherwise (:func:`ncclean.pipeline.sharded.resolve_scale`);
+    ``save_fit``: write the fit there; ``fit``: apply this saved fit, no training; ``engine``:
+    ``local`` (shard by shard in this process) or ``ray`` (Ray Data, on ``ray_address`` or a
+    local cluster). The default, all unset, is the one pass for any corpus it fits."""
 
-    fit_sample: int | None = None
+    fit_sample: int | Literal["auto", "all"] = "auto"
     save_fit: PathLike | None = None
     fit: PathLike | None = None
     engine: str = "local"
     ray_address: str | None = None
 
     def __post_init__(self) -> None:
-        if self.fit_sample is not None:
+        if isinstance(self.fit_sample, str):
+            if self.fit_sample not in ("auto", "all"):
+                raise BadOptionError("--fit-sample must be a number of pairs, auto or all, got "
+                                     f"{self.fit_sample!r}")
+        else:
             _at_least("--fit-sample", self.fit_sample, 2)
         if self.engine not in ENGINES:
             raise BadOptionError(f"--engine must be one of {', '.join(ENGINES)}, got "
                                  f"{self.engine!r}")
-        if self.fit is not None and (self.save_fit is not None or self.fit_sample is not None):
+        if self.fit is not None and (self.save_fit is not None
+                                     or not isinstance(self.fit_sample, str)):
             raise BadOptionError("--fit applies a saved fit; it does not combine with "
                                  "--save-fit or --fit-sample")
 
     @property
+    def sample_size(self) -> int | None:
+        """The fit sample's size, ``None`` for every pair."""
+        return None if isinstance(self.fit_sample, str) else self.fit_sample
+
+    @property
     def asked(self) -> bool:
-        """Whether anything beyond the one pass was asked for."""
-        return self != ScaleOptions()
+        """Whether anything beyond the one pass was asked for (``--fit-sample all`` alone is the
+        one pass)."""
+        return replace(self, fit_sample="auto") != ScaleOptions() or \
+            self.sample_size is not None

@@ -124,9 +124,11 @@ def score(
     strict: options.Strict = False,
     json_: options.Json = False,
     # scaling (ncclean/pipeline/sharded.py, docs/scaling.md)
-    fit_sample: Annotated[int | None, typer.Option(
-        min=2, help="Fit on every pair up to N and a sample (by id hash) beyond; apply to all.",
-        rich_help_panel="Scaling")] = None,
+    fit_sample: Annotated[str, typer.Option(
+        metavar="N|auto|all",
+        help="Fit on every pair up to N and a sample (by id hash) beyond; apply to all. auto: "
+        "250,000 for a corpus of vector columns larger than that; all: every pair.",
+        rich_help_panel="Scaling")] = "auto",
     save_fit: Annotated[Path | None, typer.Option(
         help="Save the fit (a folder) to apply later with --fit.",
         rich_help_panel="Scaling")] = None,
@@ -199,7 +201,8 @@ def score(
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
                      checkpoint_dir=checkpoint_dir, resume=resume, strict=strict,
                      max_image_pixels=max_image_pixels, save_matcher=save_matcher)
-    scale = ScaleOptions(fit_sample=fit_sample, save_fit=save_fit, fit=fit, engine=engine,
+    scale = ScaleOptions(fit_sample=int(fit_sample) if fit_sample.strip().isdigit() else fit_sample,
+                         save_fit=save_fit, fit=fit, engine=engine,
                          ray_address=ray_address)
     early = resume_warning(run)
     if early:

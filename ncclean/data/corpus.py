@@ -145,7 +145,7 @@ def _first_appearance_codes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def read_corpus(
-    path: str | os.PathLike,
+    path: str | os.PathLike | PairSource,
     columns: Columns = Columns(),
     *,
     strict: bool = False,
@@ -154,7 +154,8 @@ def read_corpus(
     cache_dir: Path | None = None,
     progress: Progress = no_progress,
 ) -> Corpus:
-    """Read the pairs at ``path`` (a Parquet file or a folder of shards).
+    """Read the pairs at ``path`` (a Parquet file or a folder of shards, or an opened source such
+as one of :func:`ncclean.data.parquet.windows`).
 
     Every row's image cell is read once and hashed (bytes) or looked up (paths), whether or not
     there is an ``image_id`` column, so that no row is scored against another row's image (see
@@ -167,7 +168,7 @@ def read_corpus(
     """
     if image_size is not None:
         check_max_pixels(max_image_pixels)
-    source = open_pairs(path)
+    source = path if isinstance(path, PairSource) else open_pairs(path)
     resolved = resolve_columns(columns, source.schema)
     kind = image_kind(resolved.image, source.schema.field(resolved.image).type) \
         if resolved.image else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,9 +44,13 @@ written from another keeps everything of its metadata but this (it is not that r
 
 @dataclass(frozen=True)
 class Shard:
+    """One Parquet file of a source; ``row_groups``: only these row groups of it (``None``:
+    all), as in a :func:`windows` part of a large file."""
+
     path: Path
     n_rows: int
     first_row: int
+    row_groups: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,8 @@ class PairSource:
             # instead of 0.1 GB). Buffered reads keep it at about one row group.
             with pq.ParquetFile(shard.path, pre_buffer=False, buffer_size=1 << 22) as reader:
                 for batch in reader.iter_batches(
-                    batch_size=batch_rows, columns=columns, use_threads=True
+                    batch_size=batch_rows, row_groups=shard.row_groups, columns=columns,
+                    use_threads=True,
                 ):
                     yield shard, offset, batch
                     offset += batch.num_rows
@@ -85,6 +90,27 @@ class PairSource:
         """Read whole columns of every shard into one table (use for small columns only)."""
         tables = [pq.read_table(s.path, columns=columns) for s in self.shards]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def windows(source: PairSource, rows: int) -> list[PairSource]:
+    """``source`` as consecutive parts of whole row groups, each of at least ``rows`` rows (but
+    the last) or one row group larger than that, in row order, with row numbers starting at 0
+    in each part: a large file read part by part, memory bounded by the part."""
+    parts: list[PairSource] = []
+    for shard in source.shards:
+        with pq.ParquetFile(shard.path) as reader:
+            sizes = [reader.metadata.row_group(g).num_rows for g in range(reader.num_row_groups)]
+        groups: list[int] = []
+        held = 0
+        for group, size in enumerate(sizes):
+            groups.append(group)
+            held += size
+            if held >= rows or group == len(sizes) - 1:
+                if held:
+                    part = Shard(shard.path, held, 0, tuple(groups))
+                    parts.append(PairSource(source.path, (part,), source.schema))
+                groups, held = [], 0
+    return parts
 
 
 def _parquet_files(folder: Path) -> list[Path]:
@@ -244,48 +270,83 @@ def write_pairs(
     pairs added to (or replacing those of) the input's schema metadata, in the same file, so
     they are written, or not, with its rows.
     """
-    n_rows = source.n_rows
-    for name, values in updates.items():
-        if len(values) != n_rows:
-            raise ValueError(f"update {name!r} has {len(values)} values for {n_rows} rows")
+    return write_pair_parts(source, out, [(source, updates)], batch_rows=batch_rows,
+                            computed=computed, metadata=metadata)
+
+
+def write_pair_parts(
+    source: PairSource,
+    out: str | os.PathLike,
+    parts: Iterable[tuple[PairSource, Mapping[str, pa.Array | pa.ChunkedArray]]],
+    *,
+    batch_rows: int = BATCH_ROWS,
+    computed: tuple[list[pa.Field], Compute] | None = None,
+    metadata: Mapping[str, str] | Mapping[bytes, bytes] | None = None,
+) -> Path:
+    """:func:`write_pairs` for ``source`` written part by part: ``parts`` yields each part of
+    it (its :func:`windows`, in row order) with that part's updates, lazily, so memory holds one
+    part's updates; every part's updates have the same names and types."""
     out = check_output_path(out, source)
+    with atomic_path(out) as tmp:
+        writer: pq.ParquetWriter | None = None
+        try:
+            for part, updates in parts:
+                if writer is None:
+                    schema, read_columns = _output_schema(source.schema, updates, computed,
+                                                          metadata)
+                    writer = pq.ParquetWriter(
+                        tmp, schema, compression="zstd",
+                        use_dictionary=dictionary_columns(schema),
+                        write_statistics=dictionary_columns(schema))
+                _write_part(writer, schema, read_columns, part, updates, batch_rows,
+                            computed[1] if computed is not None else None)
+        finally:
+            if writer is not None:
+                writer.close()
+    return out
+
+
+def _output_schema(input_schema: pa.Schema, updates: Mapping[str, pa.Array | pa.ChunkedArray],
+                   computed, metadata) -> tuple[pa.Schema, list[str]]:
+    """The output's schema (input columns, replaced in place, then the new ones) and the input
+    columns still read."""
     new_fields = {name: pa.field(name, values.type) for name, values in updates.items()}
-    compute = None
     if computed is not None:
         new_fields |= {field.name: field for field in computed[0]}
-        compute = computed[1]
-
-    replaced = [name for name in source.schema.names if name in new_fields]
-    appended = [name for name in new_fields if name not in source.schema.names]
-    fields = [new_fields.get(field.name, field) for field in source.schema]
+    replaced = [name for name in input_schema.names if name in new_fields]
+    appended = [name for name in new_fields if name not in input_schema.names]
+    fields = [new_fields.get(field.name, field) for field in input_schema]
     fields += [new_fields[name] for name in appended]
-    kept = without_record(source.schema).metadata or {}
+    kept = without_record(input_schema).metadata or {}
     kept.update({(key.encode() if isinstance(key, str) else key):
                  (value.encode() if isinstance(value, str) else value)
                  for key, value in (metadata or {}).items()})
-    schema = pa.schema(fields, metadata=kept or None)
+    return (pa.schema(fields, metadata=kept or None),
+            [n for n in input_schema.names if n not in replaced])
 
-    read_columns = [n for n in source.schema.names if n not in replaced]
-    with atomic_path(out) as tmp, pq.ParquetWriter(
-            tmp, schema, compression="zstd", use_dictionary=dictionary_columns(schema),
-            write_statistics=dictionary_columns(schema)) as writer:
-        if read_columns:
-            batches = source.iter_batches(read_columns, batch_rows)
-        else:  # every input column is replaced: walk the row ranges only
-            batches = _row_ranges(source, batch_rows)
-        for shard, first_row, batch in batches:
-            made = compute(shard, first_row, batch) if compute is not None else {}
-            arrays = []
-            for field in schema:
-                if field.name in updates:
-                    arrays.append(updates[field.name].slice(first_row, batch.num_rows))
-                elif field.name in made:
-                    arrays.append(made[field.name])
-                else:
-                    arrays.append(batch.column(field.name))
-            table = pa.Table.from_arrays(arrays, schema=schema)
-            writer.write_table(table, row_group_size=batch_rows)
-    return out
+
+def _write_part(writer: pq.ParquetWriter, schema: pa.Schema, read_columns: list[str],
+                source: PairSource, updates: Mapping[str, pa.Array | pa.ChunkedArray],
+                batch_rows: int, compute: Compute | None) -> None:
+    for name, values in updates.items():
+        if len(values) != source.n_rows:
+            raise ValueError(f"update {name!r} has {len(values)} values for {source.n_rows} rows")
+    if read_columns:
+        batches = source.iter_batches(read_columns, batch_rows)
+    else:  # every input column is replaced: walk the row ranges only
+        batches = _row_ranges(source, batch_rows)
+    for shard, first_row, batch in batches:
+        made = compute(shard, first_row, batch) if compute is not None else {}
+        arrays = []
+        for field in schema:
+            if field.name in updates:
+                arrays.append(updates[field.name].slice(first_row, batch.num_rows))
+            elif field.name in made:
+                arrays.append(made[field.name])
+            else:
+                arrays.append(batch.column(field.name))
+        writer.write_table(pa.Table.from_arrays(arrays, schema=schema),
+                           row_group_size=batch_rows)
 
 
 def _row_ranges(source: PairSource, batch_rows: int) -> Iterator[tuple[Shard, int, pa.RecordBatch]]:

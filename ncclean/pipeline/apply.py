@@ -57,9 +57,11 @@ class Applied:
     n_applied: int
 
 
-def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu") -> Applied:
-    """Score every usable pair of ``features`` (of ``corpus``, one shard) with ``fit``; the
-    contract's columns for every row of the corpus."""
+def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
+                    shard_captions: tuple[np.ndarray, np.ndarray] | None = None) -> Applied:
+    """Score every usable pair of ``features`` (of ``corpus``, one shard or a part of one) with
+    ``fit``; the contract's columns for every row of the corpus. ``shard_captions``: the
+    shard's caption keys and their counts (sorted keys), when ``corpus`` is a part of it."""
     widths = [int(features.image_data.shape[1]), int(features.text_data.shape[1])]
     if widths != fit.meta["widths"]:
         raise FitError(f"{corpus.source.path}: vectors of widths {widths[0]} and {widths[1]}, "
@@ -96,7 +98,7 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu") -> Applied:
         signal = _signal(fit, sub, embeddings, columns, new)
         clean_prob[new] = np.interp(signal, fit.arrays["table.x"], fit.arrays["table.y"])
         caption_key = text_keys([corpus.captions[r] for r in features.rows])
-        counts = caption_counts(fit, caption_key)[new]
+        counts = caption_counts(fit, caption_key, shard_captions)[new]
         parts[new] = _cut(fit, clean_prob[new], counts)
         _significance(fit, sub, embeddings, parts, significance, new, counts)
         _donors(fit, sub, embeddings, parts, donor, donor_score, new, caption_key[new])
@@ -203,13 +205,23 @@ def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def caption_counts(fit: Fit, caption_key: np.ndarray) -> np.ndarray:
-    """``(n,) int64``: each caption's count, the larger of the fit sample's and these pairs'."""
-    keys, counts = fit.arrays["captions.key"], fit.arrays["captions.count"]
-    at = np.minimum(np.searchsorted(keys, caption_key), max(len(keys) - 1, 0))
-    fitted = np.where(keys[at] == caption_key, counts[at], 0) if len(keys) else 0
-    _, inverse, local = np.unique(caption_key, return_inverse=True, return_counts=True)
-    return np.maximum(fitted, local[inverse])
+def caption_counts(fit: Fit, caption_key: np.ndarray,
+                   shard: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """``(n,) int64``: each caption's count, the larger of the fit sample's and the shard's
+    (``shard``: its sorted caption keys and counts; ``None``: these pairs are the shard)."""
+    if shard is None:
+        shard = np.unique(caption_key, return_counts=True)
+    return np.maximum(_lookup(*shard, caption_key),
+                      _lookup(fit.arrays["captions.key"], fit.arrays["captions.count"],
+                              caption_key))
+
+
+def _lookup(keys: np.ndarray, counts: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``counts`` of ``wanted`` in the sorted ``keys``, 0 where absent."""
+    if not len(keys):
+        return np.zeros(len(wanted), dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return np.where(keys[at] == wanted, counts[at], 0)
 
 
 def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,

@@ -40,15 +40,22 @@ def shard_rows(shard: InputShard) -> int:
     return read_shard(shard).num_rows
 
 
+APPLY_ROWS = 65_536
+"""Rows per part of a large Parquet shard: it is read, scored and written part by part (whole
+row groups), so a worker holds one part, whatever the shard's size."""
+
+
 def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: str) -> dict:
     """Score ``job.shard`` with ``fit`` and write ``job.out`` (skipped when already complete);
     a report: stem, rows, partition counts, pseudo-captions, whether it was skipped."""
-    from ncclean.data.corpus import read_corpus
-    from ncclean.data.parquet import sidecar_path, write_json, write_pairs
-    from ncclean.data.results import partition_counts
-    from ncclean.models.features import build_features
-    from ncclean.models.matcher import MatcherConfig
-    from ncclean.pipeline.apply import apply_to_corpus
+    from ncclean.data.parquet import (
+        open_pairs,
+        sidecar_path,
+        windows,
+        write_json,
+        write_pair_parts,
+    )
+    from ncclean.data.results import PARTITIONS, partition_counts
 
     report = {"stem": job.shard.stem, "output": str(job.out)}
     n_rows = shard_rows(job.shard)
@@ -59,32 +66,66 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
                          "n_pseudo_captions": n_rows - done.column(1).null_count}
     for stale in job.out.parent.glob(f".{job.out.name}.*.tmp"):  # left by a killed run
         stale.unlink(missing_ok=True)
+    totals = {"n_rows": 0, "n_applied": 0, "n_pseudo_captions": 0,
+              "partition_counts": dict.fromkeys(PARTITIONS, 0)}
     with tempfile.TemporaryDirectory(prefix="ncclean-shard-") as scratch:
         path = job.shard.path
         if job.shard.kind != "parquet":  # one shard, held in memory anyway
             path = Path(scratch) / f"{job.shard.stem}.parquet"
             pq.write_table(read_shard(job.shard), path)
-        fitted_columns = fit.meta["columns"]
-        corpus = read_corpus(path, _columns(columns, fitted_columns), strict=run.strict,
-                             image_size=None, cache_dir=None)
-        features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
-                                  cache_dir=None, device=device)
-        applied = apply_to_corpus(fit, corpus, features, device)
-        updates = applied.columns
-        if job.shard.kind == "webdataset":  # images referenced (image_ref), not copied
-            from ncclean.data.webdataset import IMAGE_BYTES
-
-            updates = updates | {IMAGE_BYTES: _nulls(corpus.n_pairs)}
-        write_pairs(corpus.source, job.out, updates,
-                    metadata=completion_metadata(fit.hash, n_rows) if job.mark else None)
-    counts = partition_counts(applied.columns["partition"])
-    report |= {"n_rows": corpus.n_pairs, "skipped": False, "n_applied": applied.n_applied,
-               "partition_counts": counts,
-               "n_pseudo_captions": corpus.n_pairs - applied.columns["pseudo_caption"].null_count}
+        source = open_pairs(path)
+        wanted = _columns(columns, fit.meta["columns"])
+        parts = windows(source, APPLY_ROWS)
+        captions = _caption_counts(source, wanted) if len(parts) > 1 else None
+        scored = (_apply_part(fit, part, wanted, captions, job, run, device, totals)
+                  for part in parts)
+        write_pair_parts(source, job.out, scored,
+                         metadata=completion_metadata(fit.hash, n_rows) if job.mark else None)
+    report |= totals
     if not job.mark:  # a single output file gets its own sidecar, as one pass writes
-        write_json(sidecar_path(job.out), {"fit": fit.hash, "n_rows": corpus.n_pairs,
-                                           "partition_counts": counts})
-    return report
+        write_json(sidecar_path(job.out), {"fit": fit.hash, "n_rows": totals["n_rows"],
+                                           "partition_counts": totals["partition_counts"]})
+    return report | {"skipped": False}
+
+
+def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOptions,
+                device: str, totals: dict):
+    """``(part, updates)``: one part of a shard scored with ``fit``; adds to ``totals``."""
+    from ncclean.data.corpus import read_corpus
+    from ncclean.data.results import partition_counts
+    from ncclean.models.features import build_features
+    from ncclean.models.matcher import MatcherConfig
+    from ncclean.pipeline.apply import apply_to_corpus
+
+    corpus = read_corpus(part, columns, strict=run.strict, image_size=None, cache_dir=None)
+    features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
+                              cache_dir=None, device=device)
+    applied = apply_to_corpus(fit, corpus, features, device, shard_captions=captions)
+    updates = applied.columns
+    if job.shard.kind == "webdataset":  # images referenced (image_ref), not copied
+        from ncclean.data.webdataset import IMAGE_BYTES
+
+        updates = updates | {IMAGE_BYTES: _nulls(corpus.n_pairs)}
+    for name, count in partition_counts(updates["partition"]).items():
+        totals["partition_counts"][name] = totals["partition_counts"].get(name, 0) + count
+    totals["n_rows"] += corpus.n_pairs
+    totals["n_applied"] += applied.n_applied
+    totals["n_pseudo_captions"] += corpus.n_pairs - updates["pseudo_caption"].null_count
+    return part, updates
+
+
+def _caption_counts(source, columns: Columns):
+    """The sorted caption keys of every row of ``source`` and their counts (one pass over the
+    caption column)."""
+    import numpy as np
+
+    from ncclean.data.schema import resolve_columns
+    from ncclean.data.shards import text_keys
+
+    name = resolve_columns(columns, source.schema).caption
+    keys = [text_keys(["" if t is None else t for t in batch.column(0).to_pylist()])
+            for _, _, batch in source.iter_batches([name])]
+    return np.unique(np.concatenate(keys), return_counts=True)
 
 
 def _nulls(n: int):

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from ncclean.data.schema import Columns
 from ncclean.data.shards import InputShard, list_shards, pair_keys, read_shard, smallest_keys
-from ncclean.errors import BadOptionError
+from ncclean.errors import BadOptionError, NcCleanError
 from ncclean.options import Cut, MatcherOptions, RunOptions, ScaleOptions, StageOptions
 from ncclean.progress import Progress, no_progress
 
@@ -79,13 +79,13 @@ def write_sample(shards: list[InputShard], columns: Columns, n: int | None, dest
     chosen = {"sample": kept[:n] if sampled else None, "held_out": kept[n:] if sampled else None}
     parts: dict[str, list[pa.Table]] = {"sample": [], "held_out": []}
     for shard in shards:  # pass 2: the sampled rows (all of them up to n)
-        table = read_shard(shard)
-        if not sampled:
-            parts["sample"].append(table)
-            continue
-        keys = pair_keys(table.column(id_name))
-        for name, wanted in chosen.items():
-            parts[name].append(table.filter(pa.array(np.isin(keys, wanted))))
+        for table in _pieces(shard):
+            if not sampled:
+                parts["sample"].append(table)
+                continue
+            keys = pair_keys(table.column(id_name))
+            for name, wanted in chosen.items():
+                parts[name].append(table.filter(pa.array(np.isin(keys, wanted))))
     for name, path in (("sample", dest), ("held_out", held_out if sampled else None)):
         if path is None:
             continue
@@ -96,6 +96,17 @@ def write_sample(shards: list[InputShard], columns: Columns, n: int | None, dest
         if table.num_rows:
             pq.write_table(table, path, compression="zstd")
     return total
+
+
+def _pieces(shard: InputShard):
+    """The rows of ``shard`` as tables: a Parquet shard row group by row group (memory holds
+    one), any other whole."""
+    if shard.kind != "parquet":
+        yield read_shard(shard)
+        return
+    with pq.ParquetFile(shard.path, pre_buffer=False) as reader:
+        for group in range(reader.num_row_groups):
+            yield reader.read_row_group(group)
 
 
 def held_out_size(n: int) -> int:
@@ -133,7 +144,7 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
             if not (columns.image_emb and columns.text_emb):
                 check_method_applies(method, _NotColumns)
             fit, n_total = _fit(shards, method, params, columns, matcher, cut, stages, run,
-                                device, scale.fit_sample, Path(scratch), progress)
+                                device, scale.sample_size, Path(scratch), progress)
             fit_dir = Path(scale.save_fit) if scale.save_fit else Path(scratch) / "fit"
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began
@@ -146,6 +157,41 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
                              scale.ray_address, progress)
         seconds["apply"] = time.perf_counter() - applying
     return _finish(input, out, to_folder, fit, reports, seconds, began, scale, run, device)
+
+
+def resolve_scale(input: PathLike, output: PathLike | None, method: str, columns: Columns,
+                  scale: ScaleOptions | None) -> ScaleOptions | None:
+    """``scale`` with ``--fit-sample auto`` resolved: :data:`~ncclean.options.AUTO_FIT_SAMPLE`
+    when the corpus is one Parquet file or a folder written to a folder (``output``), has more
+    pairs than that, an id column and both vector columns, and ``method`` has a fit (``clip``,
+    ``gmm``, ``auto``); else ``scale`` unchanged (the one pass)."""
+    from ncclean.options import AUTO_FIT_SAMPLE
+    from ncclean.pipeline.fit import APPLIES
+    from ncclean.pipeline.score import AUTO_METHOD
+
+    scale = scale or ScaleOptions()
+    if scale.fit_sample != "auto" or scale.fit is not None or output is None:
+        return scale
+    if method not in (*APPLIES, AUTO_METHOD) or not (columns.image_emb and columns.text_emb):
+        return scale
+    source = Path(input)
+    if source.suffix == ".tar" or not source.exists():
+        return scale
+    try:
+        shards = list_shards(source)
+        if any(s.kind != "parquet" for s in shards):
+            return scale
+        if len(shards) > 1 and not (Path(output).is_dir() or Path(output).suffix == ""):
+            return scale
+        n = sum(pq.ParquetFile(s.path).metadata.num_rows for s in shards)
+        names = pq.read_schema(shards[0].path).names
+    except (OSError, pa.ArrowInvalid, NcCleanError):
+        return scale  # the one pass reports what is wrong with the input
+    if n <= AUTO_FIT_SAMPLE or (columns.id or "id") not in names:
+        return scale
+    from dataclasses import replace
+
+    return replace(scale, fit_sample=AUTO_FIT_SAMPLE)
 
 
 class _NotColumns:  # a matcher configuration that is not precomputed vectors (for the check)
