@@ -1,7 +1,10 @@
 """Apply a fit to one shard: every pair scored with the fitted state, no training.
 
-A pair of the fit sample (same id) is written as the fit's one pass wrote it. Any other pair is
-scored with the fitted state, per method:
+A pair of the fit sample (same id) is written as the fit holds it: as the fit's one pass wrote
+it, except for a ``gmm`` fit sampled from a larger corpus, whose sample keeps the one pass's
+ranking on the held-out pairs' scale and is cut and searched as below
+(:func:`ncclean.pipeline.keep.rescale_sample`). Any other pair is scored with the fitted state,
+per method:
 
 - ``clip``: the cosine of its unit vectors (after the fitted CCA when there is one) is
   ``clip_sim``; ``clean_prob`` is read from the sample's table of ``clip_sim`` to ``clean_prob``

@@ -7,7 +7,9 @@ arrays hold:
 
 - the pairs of the fit sample (by :func:`ncclean.data.shards.pair_keys`) with their one-pass
   results (clean probability, partition, significance, pseudo-caption, the method's columns):
-  a pair the fit was trained on is written exactly as one pass writes it;
+  a pair the fit was trained on is written exactly as one pass writes it (a ``gmm`` fit sampled
+  from a larger corpus: its clean probability on the held-out scale, see
+  :func:`ncclean.pipeline.keep.rescale_sample`, the one pass's kept as ``sample.one_pass_prob``);
 - the map from the method's per-pair signal to ``clean_prob`` (a monotone table read by linear
   interpolation: the null's or the mixture's reading of the sample, see :mod:`.apply`), and the
   CCA alignment when ``clip`` fitted one;

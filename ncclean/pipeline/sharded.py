@@ -222,11 +222,13 @@ def _fit(shards, method, params, columns, matcher, cut, stages, run, device, n, 
     if held_out.exists():
         from ncclean.data.corpus import read_corpus
         from ncclean.models.features import build_features
-        from ncclean.pipeline.keep import calibrate
+        from ncclean.pipeline.keep import calibrate, rescale_sample
 
         corpus = read_corpus(held_out, columns, strict=False, image_size=None, cache_dir=None)
-        calibrate(fit, corpus, build_features(corpus, states["config"], cache_dir=None,
-                                              device=device), device)
+        posterior = calibrate(fit, corpus, build_features(corpus, states["config"],
+                                                          cache_dir=None, device=device), device)
+        if posterior is not None:  # the sample's clean_prob on the same scale (keep.py)
+            rescale_sample(fit, states, posterior)
     return fit, total
 
 

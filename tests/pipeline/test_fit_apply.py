@@ -131,3 +131,30 @@ def test_gmm_calibrates_its_mixture_on_held_out_pairs(tmp_path):
     assert calibration["pairs"] == 200 and calibration["on"].startswith("held-out")
     run(tmp_path / "in", tmp_path / "all", "gmm", save_fit=tmp_path / "fit-all")
     assert load_fit(tmp_path / "fit-all").meta["calibration"]["on"].startswith("the fit sample")
+
+
+def test_gmm_puts_its_sample_on_the_held_out_scale(tmp_path):
+    write_shards(vector_table(400, noise=0.4, seed=6), tmp_path / "in", 2)
+    run(tmp_path / "in", tmp_path / "out", "gmm", fit_sample=200, save_fit=tmp_path / "fit")
+    fit = load_fit(tmp_path / "fit")
+    one_pass, prob = fit.arrays["sample.one_pass_prob"], fit.arrays["sample.clean_prob"]
+    assert not np.array_equal(one_pass, prob)
+    assert (np.diff(prob[np.argsort(one_pass, kind="stable")]) >= 0).all()  # its ranking kept
+    assert fit.meta["sample_scale"].startswith("held-out")
+    assert fit.meta["noise_rate"] == fit.meta["mixture"]["noise_rate"]
+    from ncclean.data.results import PARTITIONS
+    from ncclean.data.shards import pair_keys
+
+    parts = np.asarray(PARTITIONS, dtype=object)[fit.arrays["sample.partition"]]
+    assert ((parts == "noisy") == (prob < 0.5)).all()  # the cut of the new clean_prob
+    out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
+    keys = pair_keys(out.column("id"))
+    fitted = np.isin(keys, fit.arrays["sample.key"])
+    written = np.asarray(out.column("clean_prob").to_pylist())
+    at = np.searchsorted(fit.arrays["sample.key"], keys[fitted])
+    assert np.allclose(written[fitted], prob[at], atol=1e-6)  # written as float32
+    # the held-out pairs are the applied half here: both halves on one scale, cut alike
+    assert abs(written[fitted].mean() - written[~fitted].mean()) < 0.02
+    noisy_share = [(np.asarray(out.column("partition").to_pylist())[half] == "noisy").mean()
+                   for half in (fitted, ~fitted)]
+    assert abs(noisy_share[0] - noisy_share[1]) < 0.05
