@@ -89,13 +89,28 @@ def write_sample(shards: list[InputShard], columns: Columns, n: int | None, dest
     for name, path in (("sample", dest), ("held_out", held_out if sampled else None)):
         if path is None:
             continue
-        table = pa.concat_tables(parts[name])
-        if sampled:  # hash order: independent of shard order and names
-            table = table.take(pa.array(np.argsort(pair_keys(table.column(id_name)),
-                                                   kind="stable")))
+        table = pa.concat_tables(parts.pop(name))
+        # hash order: independent of shard order and names
+        order = np.argsort(pair_keys(table.column(id_name)), kind="stable") if sampled else None
         if table.num_rows:
-            pq.write_table(table, path, compression="zstd")
+            _write_in_order(table, path, order)
+        del table
+    pa.default_memory_pool().release_unused()  # Arrow's pool keeps what it freed otherwise
     return total
+
+
+def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> None:
+    """``table`` to ``path`` with its rows in ``order`` (``None``: as they are), a row group
+    at a time (no second copy of the table), vectors plain-encoded: dictionary-encoding them
+    held several times the table in memory."""
+    from ncclean.data.parquet import BATCH_ROWS, dictionary_columns
+
+    encoded = dictionary_columns(table.schema)
+    with pq.ParquetWriter(path, table.schema, compression="zstd", use_dictionary=encoded,
+                          write_statistics=encoded) as writer:
+        for start in range(0, table.num_rows, BATCH_ROWS):
+            writer.write_table(table.slice(start, BATCH_ROWS) if order is None else
+                               table.take(pa.array(order[start:start + BATCH_ROWS])))
 
 
 def _pieces(shard: InputShard):
