@@ -76,9 +76,10 @@ def render_score(out, summary) -> None:
 
     counts = summary.partition_counts
     seconds = summary.seconds
+    phases = ", ".join(f"{name} {value:.1f} s" for name, value in seconds.items()
+                       if name in ("read", "method", "stages", "fit", "apply"))
     out.print(f"[bold]score[/bold] ({summary.method}, {summary.device}): {summary.n_pairs:,} "
-              f"pairs in {seconds.get('total', 0):.1f} s (read {seconds.get('read', 0):.1f} s, "
-              f"method {seconds.get('method', 0):.1f} s, stages {seconds.get('stages', 0):.1f} s)")
+              f"pairs in {seconds.get('total', 0):.1f} s ({phases})")
     for name, count in counts.items():
         if count or name != INVALID:
             out.print(f"  {name:<20} {count:>9,}  {pct(count, summary.n_pairs):>6}")

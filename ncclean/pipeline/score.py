@@ -129,7 +129,7 @@ def auto_method(config, initial) -> str:
 def score_corpus(input: PathLike, output: PathLike | None, method: str, params: dict | None,
                  columns: Columns, matcher: MatcherOptions, cut: Cut, stages: StageOptions,
                  run: RunOptions, device: str, progress: Progress = no_progress,
-                 on_scored=None) -> ScoreSummary:
+                 on_scored=None) -> ScoreSummary | None:
     """Score every pair of ``input`` with ``method`` and write the output contract to ``output``
     (plus ``<output>.json``; ``None``: :func:`default_output`, refused when a file there was not
     written by ``score``); ``device`` is ``run.device`` resolved
@@ -137,7 +137,8 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
     its ``params``, the encoders, that the output can be written (before the images are read),
     that two pairs are usable. ``on_scored(state)``, when given, sees the run's in-memory state
     (a dict: ``corpus``, ``features``, ``result``, ``clean_prob``, ``parts``, ``stages``, ``cut``,
-    ``config``) before the output is written: :mod:`ncclean.pipeline.keep` keeps a fit from it."""
+    ``config``) before the output is written: :mod:`ncclean.pipeline.keep` keeps a fit from it;
+    when it returns true nothing is written and ``None`` is returned."""
     out = prepare_output(input, output)  # first: before torch is even imported
     import numpy as np
 
@@ -206,10 +207,10 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
                        rare=counts <= resolved.rare_count, seed=run.seed, device=device,
                        progress=progress)
     seconds["stages"] = time.perf_counter() - staged
-    if on_scored is not None:
-        on_scored({"corpus": corpus, "features": features, "result": result,
-                   "clean_prob": clean_prob, "parts": parts, "stages": added, "cut": resolved,
-                   "config": config})
+    if on_scored is not None and on_scored({
+            "corpus": corpus, "features": features, "result": result, "clean_prob": clean_prob,
+            "parts": parts, "stages": added, "cut": resolved, "config": config}):
+        return None  # the caller keeps the state (a fit): nothing to write
     sidecar = {
         "command": "score", "input": str(input), "method": method,
         "method_chosen_by": "auto" if asked == AUTO_METHOD else "user", "params": chosen.params(),

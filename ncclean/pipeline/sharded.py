@@ -224,7 +224,8 @@ def _fit(shards, method, params, columns, matcher, cut, stages, run, device, n, 
     total = write_sample(shards, columns, n, sample, held_out if method == "gmm" else None)
     states: dict = {}
     score_corpus(sample, scratch / "sample-scored.parquet", method, params, columns, matcher,
-                 cut, stages, run, device, progress, on_scored=states.update)
+                 cut, stages, run, device, progress,
+                 on_scored=lambda state: states.update(state) or True)  # kept, not written
     from ncclean.pipeline.fit import check_method_applies
 
     check_method_applies(method, states["config"])
