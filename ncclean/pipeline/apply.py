@@ -246,10 +246,11 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
         groups = features.image_group[block]
         texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
-        others = texts @ pool.T
-        same = torch.from_numpy(image_key[groups][:, None] == pool_key[None, :])
-        others = others.masked_fill(same, float("-inf"))
-        log_p = torch.log_softmax(torch.cat([own[:, None], others], 1) / TEMPERATURE, 1)[:, 0]
+        others = texts @ pool.T  # in place from here: one matrix per block
+        others.masked_fill_(torch.from_numpy(image_key[groups][:, None] == pool_key[None, :]),
+                            float("-inf"))
+        own = own / TEMPERATURE  # log-softmax of the own image among [own, others]
+        log_p = own - torch.logaddexp(own, torch.logsumexp(others.div_(TEMPERATURE), 1))
         values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
     significance[new[local]] = values
     # a caption used at most rare_count times stays significant (as in one pass)
@@ -273,7 +274,7 @@ def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor
         queries = torch.from_numpy(embeddings.images[features.image_group[block]]).float()
         sims = queries @ keys.T
         same = torch.from_numpy(own_text[start:start + len(block)][:, None] == donor_text[None, :])
-        top = sims.masked_fill(same, float("-inf")).max(dim=1)
+        top = sims.masked_fill_(same, float("-inf")).max(dim=1)
         score = top.values.numpy()
         keep = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
         rows = new[block[keep]]
