@@ -17,8 +17,11 @@ pool of ``K`` confident-clean images, the caption's text-to-image probability of
 the ``log2(K)`` needed to single the image out. ``significance = log(K p) / (share * log K)``, so
 a caption carrying at least ``share`` (default a quarter) of those bits is significant (>= 1).
 Collection names such as "gramastar" fit hundreds of images equally and carry almost none. The
-pool holds at most ``bank_size`` pairs, and fewer for corpora so large that every candidate
-against it would exceed the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET`).
+pool holds at most ``bank_size`` pairs. For corpora so large that every candidate against it
+would exceed the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET`), the softmax's
+denominator is estimated: the pool's nearest images to the caption exactly (an index,
+:mod:`ncclean.stages.index`) and the rest from a seeded sample; without the index library the
+pool itself shrinks to a seeded sample, as the run's record says.
 Users asked for these correct-but-empty pairs to leave ``clean_significant``; SDD's ratio does
 not move them (it marks them significant *more* often than other clean pairs: measured in
 ``benchmarks/results/stages.md``). ``score`` leaves a caption the corpus uses at most
@@ -41,7 +44,15 @@ import torch
 from ncclean.models.features import Features
 from ncclean.progress import Progress, no_progress
 from ncclean.seeds import derive_rng
-from ncclean.stages import reference_cap
+from ncclean.stages.index import (
+    index_available,
+    log_partition,
+    over_budget,
+    reference_index,
+    reference_limit,
+    search_note,
+    tail_sample,
+)
 from ncclean.train.probe import Probe, confident_pool, memory_entries, nearest_in_pool
 from ncclean.train.scoring import Embeddings, embed
 
@@ -67,14 +78,20 @@ class SignificanceConfig:
 
 
 def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarray,
-                pool: np.ndarray, temperature: float, share: float = 0.25) -> np.ndarray:
+                pool: np.ndarray, temperature: float, share: float = 0.25,
+                seed: int = 0) -> np.ndarray:
     """``(n,)``: the specificity significance of every candidate (NaN elsewhere). The pair's own
-    image is excluded from the pool's by position (one entry per row), not by a mask."""
+    image is excluded from the pool's by position (one entry per row), not by a mask. Beyond
+    the search budget with the index library, the softmax's denominator is estimated from the
+    pool's nearest images and a seeded sample of the rest (:func:`pool_log_partition`)."""
     pool_groups = np.unique(features.image_group[pool])
-    pool_images = torch.from_numpy(embeddings.images[pool_groups]).float()
     k = len(pool_groups) + 1  # the pool's images and the pair's own
-    out = np.full(features.n_pairs, np.nan)
     rows = np.flatnonzero(candidates)
+    if over_budget(len(rows), len(pool_groups)) and index_available():
+        return pool_log_partition(embeddings, features, rows, pool_groups, temperature, share,
+                                  seed)
+    pool_images = torch.from_numpy(embeddings.images[pool_groups]).float()
+    out = np.full(features.n_pairs, np.nan)
     for start in range(0, len(rows), _BLOCK):
         block = rows[start:start + _BLOCK]
         groups = features.image_group[block]
@@ -87,6 +104,26 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
         logits = torch.cat([own[:, None], others], dim=1) / temperature
         log_p = torch.log_softmax(logits, dim=1)[:, 0]
         out[block] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
+    return out
+
+
+def pool_log_partition(embeddings: Embeddings, features: Features, rows: np.ndarray,
+                       pool_groups: np.ndarray, temperature: float, share: float,
+                       seed: int) -> np.ndarray:
+    """:func:`specificity` of ``rows`` against the images ``pool_groups`` through the pool's
+    nearest-neighbour index (:func:`ncclean.stages.index.log_partition`). ``(n,)``."""
+    index = reference_index(embeddings.images[pool_groups].astype(np.float32))
+    sample = tail_sample(len(pool_groups), len(rows), derive_rng(seed, "reference-pool", 1))
+    k = len(pool_groups) + 1
+    out = np.full(features.n_pairs, np.nan)
+    for start in range(0, len(rows), 65536):
+        block = rows[start:start + 65536]
+        groups = features.image_group[block]
+        texts = embeddings.texts[features.text_group[block]].astype(np.float32)
+        own = np.einsum("nd,nd->n", texts, embeddings.images[groups].astype(np.float32))
+        others = log_partition(index, texts, groups, pool_groups, temperature, sample)
+        log_p = own / temperature - np.logaddexp(own / temperature, others)
+        out[block] = (log_p + math.log(k)) / (share * math.log(k))
     return out
 
 
@@ -140,13 +177,16 @@ def significance(matcher, features: Features, clean_prob: np.ndarray, candidates
     if embeddings is None:
         embeddings = embed(matcher, features, device)
     size = config.bank_size
-    if config.mode == "specificity":  # every candidate against the whole pool
-        size = min(size, reference_cap(int(candidates.sum())))
+    n_candidates = int(candidates.sum())
+    limit = reference_limit(n_candidates)
+    if config.mode == "specificity" and limit is not None:  # every candidate against the pool
+        size = min(size, limit)
     pool = confident_pool(clean_prob, candidates, config.bank_threshold, size, seed)
     report: dict = {"mode": config.mode, "pool": int(len(pool))}
     if config.mode == "specificity":
+        report |= search_note(n_candidates, len(np.unique(features.image_group[pool])))
         return specificity(embeddings, features, candidates, pool, config.temperature,
-                           config.share), report
+                           config.share, seed=seed), report
 
     neighbours = memory_entries(embeddings, features, pool)
     mean, per_pass = update_ratio(matcher, features, clean_prob, candidates, neighbours, config,
