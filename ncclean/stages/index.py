@@ -4,17 +4,18 @@ The stages compare every query (a noisy pair's image, a clean pair's caption) wi
 set (the clean donors' captions, the confident pool's images). Up to the stages' search budget
 (:data:`ncclean.stages.SEARCH_BUDGET` query-reference products) they do so exactly, by blocked
 matrix products in their own modules; beyond it they ask this module. With faiss installed
-(the ``index`` extra: ``pip install 'ncclean[index]'``) the references go into an HNSW graph
-(inner product) that proposes each query's ``k`` best candidates; their inner products are then
-computed exactly here, so a score never depends on the library's arithmetic. Without faiss the
-stages search a seeded sample of the references, as before, and say so in the run's record.
-Measured (recall@1 against exact search on 100,000 donors, build and query times):
+(the ``index`` extra: ``pip install 'ncclean[index]'``) the references go into an inverted-file
+index (faiss's IVF-Flat: k-means lists, a query scans the lists nearest to it) that proposes
+each query's ``k`` best candidates; their inner products are then computed exactly here, so a
+score never depends on the library's arithmetic. Without faiss the stages search a seeded
+sample of the references, as before, and say so in the run's record. Why IVF-Flat and not an
+HNSW graph (faiss's or usearch's), and its recall@1 against exact search on 100,000 donors:
 ``benchmarks/results/ann-index.md``.
 
-The graph is built with one thread, so the same references in the same order give the same
-graph and the same answers (faiss's HNSW draws its node levels from a fixed seed). Building it
-costs about as much as an exact search of the references by 3,000 queries (the results page),
-so a process builds it once per reference array: :func:`reference_index` keeps the last few.
+The lists are built with one thread from faiss's fixed k-means seed, so the same references in
+the same order give the same index and the same answers. A process builds an index once per
+reference array (:func:`reference_index` keeps the last few), so a worker applying a fit to
+shard after shard builds it once.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ import numpy as np
 
 from ncclean.stages import SEARCH_BUDGET, reference_cap
 
-LINKS = 32  # HNSW's links per node (faiss's M)
-BUILD_DEPTH = 128  # candidates kept while inserting (efConstruction)
-SEARCH_DEPTH = 128  # candidates kept while searching (efSearch, at least k)
-CANDIDATES = 16  # candidates a query takes from the graph for its best reference
+LISTS_PER_ROOT = 4  # k-means lists per square root of the references (faiss's nlist)
+PROBES = 16  # lists a query scans (nprobe)
+CANDIDATES = 16  # candidates a query takes from the index for its best reference
 _BLOCK = 2048
 _CACHE: OrderedDict[int, tuple[np.ndarray, ReferenceIndex]] = OrderedDict()
 _CACHE_SIZE = 4
@@ -57,7 +57,8 @@ def search_note(n_queries: int, n_references: int) -> dict:
     if not over_budget(n_queries, n_references):
         return {}
     if index_available():
-        return {"search": "index", "index": f"faiss HNSW M={LINKS} efSearch={SEARCH_DEPTH}"}
+        return {"search": "index", "index": f"faiss IVF-Flat, {LISTS_PER_ROOT} sqrt(n) lists, "
+                f"{PROBES} probed"}
     return {"search": "sample", "search_note": MISSING}
 
 
@@ -70,33 +71,36 @@ def _faiss():
 
 
 class ReferenceIndex:
-    """An HNSW graph over ``references`` (``(n, d) float32``, kept by reference, not copied)
-    that proposes candidates by inner product; scores are recomputed exactly."""
+    """An inverted-file index over ``references`` (``(n, d) float32``, kept by reference, not
+    copied): k-means lists of the references, of which a query scans the ``PROBES`` whose
+    centroids are nearest; it proposes candidates, whose scores are recomputed exactly."""
 
     def __init__(self, references: np.ndarray):
         faiss = _faiss()
         if faiss is None:
             raise ImportError(MISSING)
         self.references = np.ascontiguousarray(references, dtype=np.float32)
-        self._faiss = faiss
-        self.graph = faiss.IndexHNSWFlat(self.references.shape[1], LINKS,
-                                         faiss.METRIC_INNER_PRODUCT)
-        self.graph.hnsw.efConstruction = BUILD_DEPTH
+        n, dim = self.references.shape
+        # 4 sqrt(n) lists, at least 39 references each (faiss's k-means warns below that)
+        self.n_lists = max(1, min(int(LISTS_PER_ROOT * np.sqrt(n)), n // 39))
+        self.lists = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, self.n_lists,
+                                        faiss.METRIC_INNER_PRODUCT)
+        self.lists.nprobe = min(PROBES, self.n_lists)
         threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)  # one thread: the graph is a function of the references
+        faiss.omp_set_num_threads(1)  # one thread: the lists are a function of the references
         try:
-            self.graph.add(self.references)
+            self.lists.train(self.references)
+            self.lists.add(self.references)
         finally:
             faiss.omp_set_num_threads(threads)
 
     def candidates(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(positions, scores)``, ``(len(queries), k)`` each: up to ``k`` references per query
-        (``int64``, -1 where the graph found fewer) and their exact inner products
+        (``int64``, -1 where the lists scanned hold fewer) and their exact inner products
         (``float32``, -inf at -1), best first."""
         k = min(k, len(self.references))
-        self.graph.hnsw.efSearch = max(SEARCH_DEPTH, k)
         queries = np.ascontiguousarray(queries, dtype=np.float32)
-        _, found = self.graph.search(queries, k)
+        _, found = self.lists.search(queries, k)
         found = found.astype(np.int64)
         scores = np.einsum("qd,qkd->qk", queries, self.references[np.maximum(found, 0)])
         scores[found < 0] = -np.inf
@@ -126,7 +130,7 @@ def best_reference(index: ReferenceIndex, queries: np.ndarray, query_label: np.n
     those whose label differs from the query's (``query_label`` ``(nq,)``, ``reference_label``
     ``(n,)``, e.g. caption identities: a pair's own caption is no donor). Returns positions
     ``(nq,) int64`` and scores ``(nq,) float32`` (-inf where every reference is excluded). A
-    query whose graph candidates are all excluded is searched exactly."""
+    query whose candidates are all excluded is searched exactly."""
     best = np.empty(len(queries), dtype=np.int64)
     score = np.empty(len(queries), dtype=np.float32)
     for start in range(0, len(queries), _BLOCK):
@@ -149,7 +153,7 @@ def log_partition(index: ReferenceIndex, queries: np.ndarray, query_label: np.nd
                   reference_label: np.ndarray, temperature: float, sample: np.ndarray,
                   k: int = 64) -> np.ndarray:
     """``(nq,) float64``: ``log sum_j exp(q . r_j / temperature)`` over the references whose
-    label differs from the query's, estimated: the graph's ``k`` best candidates exactly, the
+    label differs from the query's, estimated: the index's ``k`` best candidates exactly, the
     rest from ``sample`` (sorted reference positions, a seeded sample) scaled to their number.
     At a low temperature the nearest references carry most of the sum, and a query near none
     (a caption that fits hundreds of images equally) is averaged well by the sample."""
