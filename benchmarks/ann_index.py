@@ -83,15 +83,22 @@ def run_faiss(donors, queries, m: int, ef_add: int, efs: list[int], k: int):
         yield build, size, ef, time.perf_counter() - start, found
 
 
-def run_faiss_ivf(donors, queries, m: int, ef_add: int, efs: list[int], k: int):
-    """faiss IVF-Flat: ``m`` times sqrt(n) k-means lists; ``efs`` are the lists probed."""
+def run_faiss_ivf(donors, queries, m: int, ef_add: int, efs: list[int], k: int,
+                  sq8: bool = False):
+    """faiss IVF-Flat (IVF-SQ8 with ``sq8``: the lists hold 8-bit codes, not float32):
+    ``m`` times sqrt(n) k-means lists; ``efs`` are the lists probed."""
     import faiss
 
     faiss.omp_set_num_threads(1)
     start = time.perf_counter()
-    lists = int(m * np.sqrt(len(donors)))
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(donors.shape[1]), donors.shape[1], lists,
-                               faiss.METRIC_INNER_PRODUCT)
+    lists, dim = int(m * np.sqrt(len(donors))), donors.shape[1]
+    if sq8:
+        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(dim), dim, lists,
+                                              faiss.ScalarQuantizer.QT_8bit,
+                                              faiss.METRIC_INNER_PRODUCT)
+    else:
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, lists,
+                                   faiss.METRIC_INNER_PRODUCT)
     index.train(donors)
     index.add(donors)
     build = time.perf_counter() - start
@@ -208,7 +215,8 @@ def main() -> None:
     print("| data | library | M | ef_search | build (s) | query (s) | exact (s) | "
           "recall@1 | reranked | score gap | index (MB) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    runners = {"faiss": run_faiss, "usearch": run_usearch, "faiss-ivf": run_faiss_ivf}
+    runners = {"faiss": run_faiss, "usearch": run_usearch, "faiss-ivf": run_faiss_ivf,
+               "faiss-ivf-sq8": lambda *a: run_faiss_ivf(*a, sq8=True)}
     for kind in args.data:
         donors, queries = make_data(kind, args.donors, args.queries, args.dim, args.seed)
         start = time.perf_counter()

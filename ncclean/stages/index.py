@@ -108,11 +108,14 @@ class ReferenceIndex:
         return np.take_along_axis(found, order, 1), np.take_along_axis(scores, order, 1)
 
 
-def reference_index(references: np.ndarray) -> ReferenceIndex | None:
-    """The index of ``references`` (built once per array object in this process, so a worker
-    applying a fit to shard after shard builds it once), or ``None`` without faiss."""
+def reference_index(references: np.ndarray, keep: bool = True) -> ReferenceIndex | None:
+    """The index of ``references``, or ``None`` without faiss. With ``keep`` it is built once
+    per array object in this process (a worker applying a fit to shard after shard builds it
+    once); a one-pass stage, whose references are a temporary array, passes ``keep=False``."""
     if not index_available():
         return None
+    if not keep:
+        return ReferenceIndex(references)
     key = id(references)
     if key in _CACHE and _CACHE[key][0] is references:
         _CACHE.move_to_end(key)

@@ -117,7 +117,7 @@ def _indexed(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
              text_group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_best` beyond the search budget: the donors' nearest-neighbour index proposes,
     exact inner products choose (:mod:`ncclean.stages.index`)."""
-    index = reference_index(space.keys(donor_rows))
+    index = reference_index(space.keys(donor_rows), keep=False)
     return best_reference(index, space.queries(query_rows), text_group[query_rows],
                           text_group[donor_rows])
 

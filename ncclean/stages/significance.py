@@ -112,7 +112,7 @@ def pool_log_partition(embeddings: Embeddings, features: Features, rows: np.ndar
                        seed: int) -> np.ndarray:
     """:func:`specificity` of ``rows`` against the images ``pool_groups`` through the pool's
     nearest-neighbour index (:func:`ncclean.stages.index.log_partition`). ``(n,)``."""
-    index = reference_index(embeddings.images[pool_groups].astype(np.float32))
+    index = reference_index(embeddings.images[pool_groups].astype(np.float32), keep=False)
     sample = tail_sample(len(pool_groups), len(rows), derive_rng(seed, "reference-pool", 1))
     k = len(pool_groups) + 1
     out = np.full(features.n_pairs, np.nan)
