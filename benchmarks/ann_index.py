@@ -1,18 +1,20 @@
-"""Nearest-neighbour indexes for the stages' reference sets: faiss against usearch (issue 38).
+"""Nearest-neighbour indexes for the stages' reference sets: faiss and usearch (issue 38).
 
-    OMP_NUM_THREADS=1 python benchmarks/ann_index.py                 # the table of ann-index.md
+    OMP_NUM_THREADS=1 python benchmarks/ann_index.py --libraries faiss usearch --m 32
+    OMP_NUM_THREADS=1 python benchmarks/ann_index.py --libraries faiss-ivf faiss-ivf-sq8 --m 4 \\
+        --ef-search 8 16 32
     OMP_NUM_THREADS=1 python benchmarks/ann_index.py --donors 20000  # a quick look
     OMP_NUM_THREADS=1 python benchmarks/ann_index.py --pool 20000 --queries 100000  # specificity
 
-For each data set (``clustered`` and ``diffuse``: caption vectors around topics, each query an
-image vector near one donor; ``isotropic``: uniform on the sphere, where no neighbour is near and
-any graph index fails) and each index setting (HNSW in faiss and usearch, faiss's IVF-Flat), one
-thread throughout: build time, query time for ``--queries`` queries, recall@1 against exact
+For each data set (``clustered`` and ``diffuse``: caption vectors around topics, each query an image
+vector near one donor; ``isotropic``: uniform on the sphere, where no neighbour is near and any
+graph index fails) and each index setting (HNSW in faiss and usearch, faiss's IVF-Flat and IVF-SQ8),
+one thread throughout: build time, query time for ``--queries`` queries, recall@1 against exact
 inner-product search (blocked float32 matrix products in torch, timed in the same process as the
-reference), and the serialized index size (the vectors themselves are ``donors x 512 x 4`` bytes
-of it). ``reranked`` is recall@1 after the exact inner products of the index's ``k`` candidates
-pick the best (what :mod:`ncclean.stages.index` does), and ``score gap`` the mean inner product
-that pick loses against the exact best (what a miss costs).
+reference), and the serialized index size (the vectors themselves are ``donors x 512 x 4`` bytes of
+it). ``reranked`` is recall@1 after the exact inner products of the index's ``k`` candidates pick
+the best (what :mod:`ncclean.stages.index` does), and ``score gap`` the mean inner product that pick
+loses against the exact best (what a miss costs).
 """
 
 from __future__ import annotations

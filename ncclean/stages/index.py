@@ -3,14 +3,14 @@
 The stages compare every query (a noisy pair's image, a clean pair's caption) with a reference
 set (the clean donors' captions, the confident pool's images). Up to the stages' search budget
 (:data:`ncclean.stages.SEARCH_BUDGET` query-reference products) they do so exactly, by blocked
-matrix products in their own modules; beyond it they ask this module. With faiss installed
-(the ``index`` extra: ``pip install 'ncclean[index]'``) the references go into an inverted-file
-index (faiss's IVF-Flat: k-means lists, a query scans the lists nearest to it) that proposes
-each query's ``k`` best candidates; their inner products are then computed exactly here, so a
-score never depends on the library's arithmetic. Without faiss the stages search a seeded
-sample of the references, as before, and say so in the run's record. Why IVF-Flat and not an
-HNSW graph (faiss's or usearch's), and its recall@1 against exact search on 100,000 donors:
-``benchmarks/results/ann-index.md``.
+matrix products in their own modules; beyond it they ask this module. With faiss installed (the
+``index`` extra: ``pip install 'ncclean[index]'``) the references go into an inverted-file index
+(faiss's IVF-SQ8: k-means lists of 8-bit codes, a query scans the lists nearest to it) that
+proposes each query's ``k`` best candidates; their inner products are then computed exactly
+here, so a score never depends on the library's arithmetic. Without faiss the stages search a
+seeded sample of the references, as before, and say so in the run's record. Why an IVF index and
+not an HNSW graph (faiss's or usearch's), and its recall@1 against exact search on 100,000
+donors: ``benchmarks/results/ann-index.md``.
 
 The lists are built with one thread from faiss's fixed k-means seed, so the same references in
 the same order give the same index and the same answers. A process builds an index once per
@@ -57,7 +57,7 @@ def search_note(n_queries: int, n_references: int) -> dict:
     if not over_budget(n_queries, n_references):
         return {}
     if index_available():
-        return {"search": "index", "index": f"faiss IVF-Flat, {LISTS_PER_ROOT} sqrt(n) lists, "
+        return {"search": "index", "index": f"faiss IVF-SQ8, {LISTS_PER_ROOT} sqrt(n) lists, "
                 f"{PROBES} probed"}
     return {"search": "sample", "search_note": MISSING}
 
@@ -73,7 +73,8 @@ def _faiss():
 class ReferenceIndex:
     """An inverted-file index over ``references`` (``(n, d) float32``, kept by reference, not
     copied): k-means lists of the references, of which a query scans the ``PROBES`` whose
-    centroids are nearest; it proposes candidates, whose scores are recomputed exactly."""
+    centroids are nearest, holding each reference as 8-bit codes (a quarter of its float32
+    size); it proposes candidates, whose scores are recomputed exactly from ``references``."""
 
     def __init__(self, references: np.ndarray):
         faiss = _faiss()
@@ -83,8 +84,9 @@ class ReferenceIndex:
         n, dim = self.references.shape
         # 4 sqrt(n) lists, at least 39 references each (faiss's k-means warns below that)
         self.n_lists = max(1, min(int(LISTS_PER_ROOT * np.sqrt(n)), n // 39))
-        self.lists = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, self.n_lists,
-                                        faiss.METRIC_INNER_PRODUCT)
+        self.lists = faiss.IndexIVFScalarQuantizer(
+            faiss.IndexFlatIP(dim), dim, self.n_lists, faiss.ScalarQuantizer.QT_8bit,
+            faiss.METRIC_INNER_PRODUCT)
         self.lists.nprobe = min(PROBES, self.n_lists)
         threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(1)  # one thread: the lists are a function of the references
