@@ -255,12 +255,12 @@ def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.nda
 def _indexed_specificity(fit: Fit, features, embeddings: Embeddings, local: np.ndarray,
                          image_key: np.ndarray) -> np.ndarray | None:
     """Specificity of ``local`` through the pool's index beyond the search budget (as one pass,
-    :func:`ncclean.stages.significance.pool_log_partition`), else ``None``."""
+    :func:`ncclean.stages.significance.indexed_specificity`), else ``None``."""
     pool = fit.arrays["pool.images"]
     if not over_budget(len(local), len(pool)):
         return None
-    from ncclean.seeds import derive_rng
-    from ncclean.stages.index import log_partition, reference_index, tail_sample
+    from ncclean.stages.index import reference_index
+    from ncclean.stages.significance import pool_sample, specificity_by_index
 
     index = reference_index(pool)  # built once per process for the fit's pool
     if index is None:
@@ -268,12 +268,9 @@ def _indexed_specificity(fit: Fit, features, embeddings: Embeddings, local: np.n
     groups = features.image_group[local]
     texts = embeddings.texts[features.text_group[local]].astype(np.float32)
     own = np.einsum("nd,nd->n", texts, embeddings.images[groups].astype(np.float32))
-    sample = tail_sample(len(pool), len(local), derive_rng(fit.meta["seed"], "reference-pool", 1))
-    others = log_partition(index, texts, image_key[groups], fit.arrays["pool.image_key"],
-                           TEMPERATURE, sample)
-    log_p = own / TEMPERATURE - np.logaddexp(own / TEMPERATURE, others)
-    k = len(pool) + 1
-    return (log_p + math.log(k)) / (SHARE * math.log(k))
+    return specificity_by_index(index, texts, own, image_key[groups],
+                                fit.arrays["pool.image_key"], TEMPERATURE, SHARE,
+                                pool_sample(len(pool), len(local), fit.meta["seed"]))
 
 
 def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor: np.ndarray,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
+import torch
 
 from ncclean.stages import SEARCH_BUDGET, reference_cap
 
@@ -164,7 +165,7 @@ def log_partition(index: ReferenceIndex, queries: np.ndarray, query_label: np.nd
     (a caption that fits hundreds of images equally) is averaged well by the sample."""
     order = np.argsort(reference_label, kind="stable")
     sorted_label = reference_label[order]
-    sample_vectors = index.references[sample]
+    sample_vectors = torch.from_numpy(index.references[sample])
     sample_label = reference_label[sample]
     out = np.empty(len(queries))
     for start in range(0, len(queries), _BLOCK):
@@ -175,13 +176,14 @@ def log_partition(index: ReferenceIndex, queries: np.ndarray, query_label: np.nd
         same = np.searchsorted(sorted_label, label, "right") - \
             np.searchsorted(sorted_label, label, "left")
         rest = len(reference_label) - same - top.sum(1)  # references outside the candidates
-        logits = (q @ sample_vectors.T).astype(np.float64) / temperature
         drop = sample_label[None, :] == label[:, None]
         at = np.minimum(np.searchsorted(sample, found), len(sample) - 1)
         hit = top & (sample[at] == found)
         drop[np.nonzero(hit)[0], at[hit]] = True  # counted among the candidates already
         kept = (~drop).sum(1)
-        tail = _logsumexp(np.where(drop, -np.inf, logits))
+        logits = (torch.from_numpy(np.ascontiguousarray(q)) @ sample_vectors.T) / temperature
+        logits.masked_fill_(torch.from_numpy(drop), float("-inf"))
+        tail = torch.logsumexp(logits, dim=1).double().numpy()
         with np.errstate(divide="ignore"):
             tail = tail + np.log(np.maximum(rest, 0)) - np.log(np.maximum(kept, 1))
         tail[(kept == 0) | (rest <= 0)] = -np.inf

@@ -45,6 +45,7 @@ from ncclean.models.features import Features
 from ncclean.progress import Progress, no_progress
 from ncclean.seeds import derive_rng
 from ncclean.stages.index import (
+    ReferenceIndex,
     index_available,
     log_partition,
     over_budget,
@@ -83,12 +84,12 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
     """``(n,)``: the specificity significance of every candidate (NaN elsewhere). The pair's own
     image is excluded from the pool's by position (one entry per row), not by a mask. Beyond
     the search budget with the index library, the softmax's denominator is estimated from the
-    pool's nearest images and a seeded sample of the rest (:func:`pool_log_partition`)."""
+    pool's nearest images and a seeded sample of the rest (:func:`indexed_specificity`)."""
     pool_groups = np.unique(features.image_group[pool])
     k = len(pool_groups) + 1  # the pool's images and the pair's own
     rows = np.flatnonzero(candidates)
     if over_budget(len(rows), len(pool_groups)) and index_available():
-        return pool_log_partition(embeddings, features, rows, pool_groups, temperature, share,
+        return indexed_specificity(embeddings, features, rows, pool_groups, temperature, share,
                                   seed)
     pool_images = torch.from_numpy(embeddings.images[pool_groups]).float()
     out = np.full(features.n_pairs, np.nan)
@@ -107,24 +108,41 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
     return out
 
 
-def pool_log_partition(embeddings: Embeddings, features: Features, rows: np.ndarray,
-                       pool_groups: np.ndarray, temperature: float, share: float,
-                       seed: int) -> np.ndarray:
+def indexed_specificity(embeddings: Embeddings, features: Features, rows: np.ndarray,
+                        pool_groups: np.ndarray, temperature: float, share: float,
+                        seed: int) -> np.ndarray:
     """:func:`specificity` of ``rows`` against the images ``pool_groups`` through the pool's
-    nearest-neighbour index (:func:`ncclean.stages.index.log_partition`). ``(n,)``."""
+    nearest-neighbour index (:func:`specificity_by_index`). ``(n,)``, NaN off ``rows``."""
     index = reference_index(embeddings.images[pool_groups].astype(np.float32), keep=False)
-    sample = tail_sample(len(pool_groups), len(rows), derive_rng(seed, "reference-pool", 1))
-    k = len(pool_groups) + 1
+    sample = pool_sample(len(pool_groups), len(rows), seed)
     out = np.full(features.n_pairs, np.nan)
     for start in range(0, len(rows), 65536):
         block = rows[start:start + 65536]
         groups = features.image_group[block]
         texts = embeddings.texts[features.text_group[block]].astype(np.float32)
         own = np.einsum("nd,nd->n", texts, embeddings.images[groups].astype(np.float32))
-        others = log_partition(index, texts, groups, pool_groups, temperature, sample)
-        log_p = own / temperature - np.logaddexp(own / temperature, others)
-        out[block] = (log_p + math.log(k)) / (share * math.log(k))
+        out[block] = specificity_by_index(index, texts, own, groups, pool_groups, temperature,
+                                          share, sample)
     return out
+
+
+def pool_sample(n_pool: int, n_candidates: int, seed: int) -> np.ndarray:
+    """Sorted positions of the pool images that stand for the rest of the pool beyond the
+    index's nearest (:func:`ncclean.stages.index.tail_sample`, seeded)."""
+    return tail_sample(n_pool, n_candidates, derive_rng(seed, "reference-pool", 1))
+
+
+def specificity_by_index(index: ReferenceIndex, texts: np.ndarray, own: np.ndarray,
+                         label: np.ndarray, pool_label: np.ndarray, temperature: float,
+                         share: float, sample: np.ndarray) -> np.ndarray:
+    """``(n,) float64`` specificity of captions ``texts`` (``(n, d) float32``) whose own image
+    scores ``own`` (``(n,)``) against the pool of ``index``, the pool images labelled like the
+    caption's own image (``label`` ``(n,)`` against ``pool_label``) left out: the softmax's
+    denominator by :func:`ncclean.stages.index.log_partition` over ``sample``."""
+    others = log_partition(index, texts, label, pool_label, temperature, sample)
+    log_p = own / temperature - np.logaddexp(own / temperature, others)
+    k = len(pool_label) + 1
+    return (log_p + math.log(k)) / (share * math.log(k))
 
 
 def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates: np.ndarray,
