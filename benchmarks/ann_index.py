@@ -1,8 +1,6 @@
 """Nearest-neighbour indexes for the stages' reference sets: faiss and usearch (issue 38).
 
-    OMP_NUM_THREADS=1 python benchmarks/ann_index.py --libraries faiss usearch --m 32
-    OMP_NUM_THREADS=1 python benchmarks/ann_index.py --libraries faiss-ivf faiss-ivf-sq8 --m 4 \\
-        --ef-search 8 16 32
+    OMP_NUM_THREADS=1 python benchmarks/ann_index.py           # the 100k table of ann-index.md
     OMP_NUM_THREADS=1 python benchmarks/ann_index.py --donors 20000  # a quick look
     OMP_NUM_THREADS=1 python benchmarks/ann_index.py --pool 20000 --queries 100000  # specificity
 
@@ -203,12 +201,15 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", nargs="+", default=["clustered", "diffuse"])
-    parser.add_argument("--libraries", nargs="+", default=["faiss", "usearch"])
-    parser.add_argument("--m", type=int, nargs="+", default=[16, 32],
-                        help="HNSW: links per node; faiss-ivf: lists per sqrt(donors)")
+    parser.add_argument("--libraries", nargs="+",
+                        default=["faiss", "usearch", "faiss-ivf", "faiss-ivf-sq8"])
+    parser.add_argument("--m", type=int, nargs="+",
+                        help="HNSW: links per node (default 32); faiss-ivf: lists per "
+                        "sqrt(donors) (default 4)")
     parser.add_argument("--ef-add", type=int, default=128)
-    parser.add_argument("--ef-search", type=int, nargs="+", default=[64, 128, 256],
-                        help="HNSW: the search's candidate list; faiss-ivf: lists probed")
+    parser.add_argument("--ef-search", type=int, nargs="+",
+                        help="HNSW: the search's candidate list (default 64 128 256); "
+                        "faiss-ivf: lists probed (default 8 16 32)")
     parser.add_argument("--k", type=int, default=16, help="candidates reranked exactly")
     parser.add_argument("--pool", type=int, default=0,
                         help="measure the specificity stage on a pool of this many images "
@@ -231,9 +232,11 @@ def main() -> None:
         truth = exact_top(donors, queries)
         exact = time.perf_counter() - start
         for library in args.libraries:
-            for m in args.m:
+            ivf = library.startswith("faiss-ivf")
+            for m in args.m or ([4] if ivf else [32]):
                 for build, size, ef, query, found in runners[library](
-                        donors, queries, m, args.ef_add, args.ef_search, args.k):
+                        donors, queries, m, args.ef_add,
+                        args.ef_search or ([8, 16, 32] if ivf else [64, 128, 256]), args.k):
                     recall = float(np.mean(found[:, 0] == truth))
                     best = rerank(donors, queries, found)
                     reranked = float(np.mean(best == truth))
