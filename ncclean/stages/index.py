@@ -52,14 +52,15 @@ def reference_limit(n_queries: int) -> int | None:
     return None if index_available() else reference_cap(n_queries)
 
 
-def search_note(n_queries: int, n_references: int) -> dict:
-    """What a stage's report says about its search beyond the budget (empty within it, so the
-    record of a run at the usual sizes does not change)."""
-    if not over_budget(n_queries, n_references):
-        return {}
-    if index_available():
-        return {"search": "index", "index": f"faiss IVF-SQ8, {LISTS_PER_ROOT} sqrt(n) lists, "
-                f"{PROBES} probed"}
+def index_note() -> dict:
+    """What a stage's report says when it searched through the index."""
+    return {"search": "index",
+            "index": f"faiss IVF-SQ8, {LISTS_PER_ROOT} sqrt(n) lists, {PROBES} probed"}
+
+
+def sample_note() -> dict:
+    """What a stage's report says when, without faiss, it searched a sample of its
+    references."""
     return {"search": "sample", "search_note": MISSING}
 
 
@@ -209,4 +210,5 @@ def tail_sample(n_references: int, n_queries: int, rng: np.random.Generator) -> 
 
 
 __all__ = ["CANDIDATES", "ReferenceIndex", "best_reference", "index_available", "log_partition",
-           "over_budget", "reference_index", "reference_limit", "search_note", "tail_sample"]
+           "index_note", "over_budget", "reference_index", "reference_limit", "sample_note",
+           "tail_sample"]

@@ -33,10 +33,11 @@ from ncclean.seeds import derive_rng
 from ncclean.stages.index import (
     best_reference,
     index_available,
+    index_note,
     over_budget,
     reference_index,
     reference_limit,
-    search_note,
+    sample_note,
 )
 from ncclean.train.scoring import Embeddings
 
@@ -161,13 +162,14 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
     if space.by_text:  # one donor per distinct caption: the first clean pair with that text
         _, first = np.unique(features.text_group[donor_rows], return_index=True)
         donor_rows = donor_rows[np.sort(first)]
-    report |= search_note(len(query_rows), len(donor_rows))
     cap = reference_limit(len(query_rows))
     if cap is not None and len(donor_rows) > cap:
+        report |= sample_note()
         donor_rows = np.sort(derive_rng(seed, "donor-sample").choice(donor_rows, cap,
                                                                      replace=False))
     report["searched_donors"] = int(len(donor_rows))
     if over_budget(len(query_rows), len(donor_rows)) and index_available():
+        report |= index_note()
         best, best_score = _indexed(space, query_rows, donor_rows, features.text_group)
     else:
         best, best_score = _best(space, query_rows, donor_rows, features.text_group)

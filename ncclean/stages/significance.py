@@ -47,11 +47,12 @@ from ncclean.seeds import derive_rng
 from ncclean.stages.index import (
     ReferenceIndex,
     index_available,
+    index_note,
     log_partition,
     over_budget,
     reference_index,
     reference_limit,
-    search_note,
+    sample_note,
     tail_sample,
 )
 from ncclean.train.probe import Probe, confident_pool, memory_entries, nearest_in_pool
@@ -202,7 +203,10 @@ def significance(matcher, features: Features, clean_prob: np.ndarray, candidates
     pool = confident_pool(clean_prob, candidates, config.bank_threshold, size, seed)
     report: dict = {"mode": config.mode, "pool": int(len(pool))}
     if config.mode == "specificity":
-        report |= search_note(n_candidates, len(np.unique(features.image_group[pool])))
+        if limit is not None and limit < min(config.bank_size, n_candidates):
+            report |= sample_note()  # the pool may have been cut to the limit
+        elif over_budget(n_candidates, len(np.unique(features.image_group[pool]))):
+            report |= index_note()
         return specificity(embeddings, features, candidates, pool, config.temperature,
                            config.share, seed=seed), report
 

@@ -122,6 +122,9 @@ def test_without_faiss_a_seeded_sample_and_a_note(small_budget, monkeypatch):
     assert report["searched_donors"] == stages.reference_cap(int(noisy.sum())) < \
         report["n_donors"]
     assert np.array_equal(first[0], again[0])
+    _, report = significance(None, features, np.ones(300), np.ones(300, bool),
+                             embeddings=embeddings)
+    assert report["search"] == "sample" and report["pool"] == 4000 // 300
 
 
 def exact_log_partition(texts, references, label, reference_label, temperature):
