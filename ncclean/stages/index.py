@@ -149,10 +149,12 @@ def best_reference(index: ReferenceIndex, queries: np.ndarray, query_label: np.n
         first = scores.argmax(1)
         rows = np.arange(len(found))
         best[block], score[block] = found[rows, first], scores[rows, first]
-        for row in np.flatnonzero(~np.isfinite(score[block])):  # rare: search it exactly
-            sims = index.references @ queries[start + row]
-            sims[reference_label == query_label[start + row]] = -np.inf
-            best[start + row], score[start + row] = int(sims.argmax()), sims.max()
+        redo = start + np.flatnonzero(~np.isfinite(score[block]))  # rare: search them exactly
+        for at in range(0, len(redo), 256):
+            rows = redo[at:at + 256]
+            sims = queries[rows] @ index.references.T
+            sims[query_label[rows][:, None] == reference_label[None, :]] = -np.inf
+            best[rows], score[rows] = sims.argmax(1), sims.max(1)
     return best, score
 
 
