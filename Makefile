@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt plugins/ncclean-bicro/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,clip,e5,imagenet,ray]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,clip,e5,imagenet,ray,index]"
 	$(BIN)/pip install --quiet --no-deps -e plugins/ncclean-bicro
 	touch $(STAMP)
 

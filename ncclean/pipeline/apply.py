@@ -45,6 +45,7 @@ from ncclean.data.results import (
 )
 from ncclean.data.shards import pair_keys, text_keys, vector_keys
 from ncclean.pipeline.fit import Fit, FitError
+from ncclean.stages.index import over_budget
 from ncclean.train.scoring import Embeddings
 
 _BLOCK = 512  # rows per block: a block against a 20,000-entry pool is 40 MB per matrix
@@ -236,9 +237,21 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
     local = np.flatnonzero(parts[new] == CLEAN_SIGNIFICANT)
     if not len(local):
         return
+    image_key = vector_keys(features.image_data)
+    values = _indexed_specificity(fit, features, embeddings, local, image_key)
+    if values is None:
+        values = _exact_specificity(fit, features, embeddings, local, image_key)
+    significance[new[local]] = values
+    # a caption used at most rare_count times stays significant (as in one pass)
+    rare = counts[local] <= fit.meta["cut"]["rare_count"]
+    parts[new[local[(values < 1) & ~rare]]] = CLEAN_INSIGNIFICANT
+
+
+def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.ndarray,
+                       image_key: np.ndarray) -> np.ndarray:
+    """Specificity of ``local`` against every image of the fit's pool, ``(len(local),)``."""
     pool = torch.from_numpy(fit.arrays["pool.images"])
     pool_key = fit.arrays["pool.image_key"]
-    image_key = vector_keys(features.image_data)
     k = len(pool_key) + 1
     values = np.empty(len(local))
     for start in range(0, len(local), _BLOCK):
@@ -252,10 +265,28 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
         own = own / TEMPERATURE  # log-softmax of the own image among [own, others]
         log_p = own - torch.logaddexp(own, torch.logsumexp(others.div_(TEMPERATURE), 1))
         values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
-    significance[new[local]] = values
-    # a caption used at most rare_count times stays significant (as in one pass)
-    rare = counts[local] <= fit.meta["cut"]["rare_count"]
-    parts[new[local[(values < 1) & ~rare]]] = CLEAN_INSIGNIFICANT
+    return values
+
+
+def _indexed_specificity(fit: Fit, features, embeddings: Embeddings, local: np.ndarray,
+                         image_key: np.ndarray) -> np.ndarray | None:
+    """Specificity of ``local`` through the pool's index beyond the search budget (as one pass,
+    :func:`ncclean.stages.significance.indexed_specificity`), else ``None``."""
+    pool = fit.arrays["pool.images"]
+    if not over_budget(len(local), len(pool)):
+        return None
+    from ncclean.stages.index import reference_index
+    from ncclean.stages.significance import pool_sample, specificity_by_index
+
+    index = reference_index(pool)  # built once per process for the fit's pool
+    if index is None:
+        return None
+    groups = features.image_group[local]
+    texts = embeddings.texts[features.text_group[local]].astype(np.float32)
+    own = np.einsum("nd,nd->n", texts, embeddings.images[groups].astype(np.float32))
+    return specificity_by_index(index, texts, own, image_key[groups],
+                                fit.arrays["pool.image_key"], TEMPERATURE, SHARE,
+                                pool_sample(len(pool), len(local), fit.meta["seed"]))
 
 
 def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor: np.ndarray,
@@ -269,6 +300,17 @@ def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor
     keys = torch.from_numpy(fit.arrays["donors.keys"])
     donor_text = fit.arrays["donors.text_key"]
     own_text = caption_key[local]
+    if over_budget(len(local), len(keys)):  # the fit's donors' index, built once per process
+        from ncclean.stages.index import best_reference, reference_index
+
+        index = reference_index(fit.arrays["donors.keys"])
+        if index is not None:
+            best, score = best_reference(index, embeddings.images[features.image_group[local]]
+                                         .astype(np.float32), own_text, donor_text)
+            keep = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
+            donor[new[local[keep]]] = fit.arrays["donors.entry"][best[keep]]
+            donor_score[new[local[keep]]] = score[keep]
+            return
     for start in range(0, len(local), _BLOCK):
         block = local[start:start + _BLOCK]
         queries = torch.from_numpy(embeddings.images[features.image_group[block]]).float()

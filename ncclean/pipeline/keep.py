@@ -28,7 +28,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
                    pseudo_captions: bool) -> Fit:
     """A :class:`Fit` from ``state`` (what ``score_corpus`` hands ``on_scored``), ``method`` the
     fitted method object."""
-    from ncclean.stages import reference_cap
+    from ncclean.stages.index import reference_limit
     from ncclean.stages.significance import confident_pool
 
     corpus, features, result = state["corpus"], state["features"], state["result"]
@@ -60,7 +60,8 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     meta_extra: dict = {}
     candidates = np.isin(parts, list(CLEAN))
     if significance_mode == "specificity" and stages.significance is not None:
-        size = min(SIGNIFICANCE_BANK, reference_cap(int(candidates.sum())))
+        limit = reference_limit(int(candidates.sum()))  # as one pass: all with the index
+        size = SIGNIFICANCE_BANK if limit is None else min(SIGNIFICANCE_BANK, limit)
         pool = confident_pool(clean_prob, candidates, SIGNIFICANCE_THRESHOLD, size, seed)
         groups = np.unique(features.image_group[pool])
         arrays["pool.images"] = embeddings.images[groups].astype(np.float32)
@@ -69,8 +70,8 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         refs = np.flatnonzero(candidates)
         _, first = np.unique(features.text_group[refs], return_index=True)
         refs = refs[np.sort(first)]
-        cap = reference_cap(int((parts == "noisy").sum()))
-        if len(refs) > cap:
+        cap = reference_limit(int((parts == "noisy").sum()))
+        if cap is not None and len(refs) > cap:
             refs = np.sort(np.random.default_rng([seed, 67]).choice(refs, cap, replace=False))
         arrays["donors.keys"] = embeddings.texts[features.text_group[refs]].astype(np.float32)
         arrays["donors.text_key"] = text_keys([corpus.captions[r] for r in rows[refs]])

@@ -9,8 +9,9 @@ image).
 
 Departures from PC², on purpose: the search covers the whole corpus's clean pool (blocked matrix
 products), not one mini-batch, so suggestions do not depend on batch composition (for corpora
-so large that this would exceed the stages' search budget, a seeded sample of the clean pool:
-:data:`ncclean.stages.SEARCH_BUDGET`); a donor whose text equals the pair's own caption is
+so large that this would exceed the stages' search budget, :data:`ncclean.stages.SEARCH_BUDGET`,
+a nearest-neighbour index of the clean pool, :mod:`ncclean.stages.index`, or a seeded sample of
+it without the index library); a donor whose text equals the pair's own caption is
 skipped (it is the caption being replaced); and a suggestion scoring below ``min_score`` is
 withheld (null) rather than offered. By default ``min_score`` is the lower of two floors in the
 same space: the 5th percentile of the clean pairs' own scores (a suggestion fits the image as
@@ -29,7 +30,15 @@ import torch
 
 from ncclean.models.features import Features
 from ncclean.seeds import derive_rng
-from ncclean.stages import reference_cap
+from ncclean.stages.index import (
+    best_reference,
+    index_available,
+    index_note,
+    over_budget,
+    reference_index,
+    reference_limit,
+    sample_note,
+)
 from ncclean.train.scoring import Embeddings
 
 _BLOCK = 2048
@@ -105,6 +114,15 @@ def _best(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
     return best, score
 
 
+def _indexed(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
+             text_group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_best` beyond the search budget: the donors' nearest-neighbour index proposes,
+    exact inner products choose (:mod:`ncclean.stages.index`)."""
+    index = reference_index(space.keys(donor_rows), keep=False)
+    return best_reference(index, space.queries(query_rows), text_group[query_rows],
+                          text_group[donor_rows])
+
+
 def _random_caption_floor(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
                           seed: int, n: int = 20_000, quantile: float = 95.0) -> float:
     """The score a random clean caption reaches with a noisy image only one time in twenty:
@@ -121,8 +139,9 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
 
     ``noisy``, ``donors``: ``(n_pairs,) bool``. Returns ``donor`` ``(n_pairs,) int64`` (pair
     index, -1 for no suggestion), ``score`` ``(n_pairs,) float32`` (NaN without suggestion) and
-    a report (threshold, coverage, how many donors were searched). Beyond the stages' search
-    budget (:data:`ncclean.stages.SEARCH_BUDGET`) a seeded sample of the donors is searched.
+    a report (threshold, coverage, how many donors were searched, and beyond the stages' search
+    budget, :data:`ncclean.stages.SEARCH_BUDGET`, how: ``search`` is ``index`` or, without the
+    index library, ``sample``, a seeded sample of the donors).
     """
     n = features.n_pairs
     donor = np.full(n, -1, dtype=np.int64)
@@ -143,12 +162,17 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
     if space.by_text:  # one donor per distinct caption: the first clean pair with that text
         _, first = np.unique(features.text_group[donor_rows], return_index=True)
         donor_rows = donor_rows[np.sort(first)]
-    cap = reference_cap(len(query_rows))
-    if len(donor_rows) > cap:
+    cap = reference_limit(len(query_rows))
+    if cap is not None and len(donor_rows) > cap:
+        report |= sample_note()
         donor_rows = np.sort(derive_rng(seed, "donor-sample").choice(donor_rows, cap,
                                                                      replace=False))
     report["searched_donors"] = int(len(donor_rows))
-    best, best_score = _best(space, query_rows, donor_rows, features.text_group)
+    if over_budget(len(query_rows), len(donor_rows)) and index_available():
+        report |= index_note()
+        best, best_score = _indexed(space, query_rows, donor_rows, features.text_group)
+    else:
+        best, best_score = _best(space, query_rows, donor_rows, features.text_group)
     keep = np.isfinite(best_score) & (best_score >= min_score)
     donor[query_rows[keep]] = donor_rows[best[keep]]
     score[query_rows[keep]] = best_score[keep]

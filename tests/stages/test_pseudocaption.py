@@ -87,7 +87,7 @@ def test_search_matches_brute_force_and_samples_donors_beyond_the_budget(monkeyp
         assert score[i] == pytest.approx(sims.max(), abs=1e-5)
     assert report["searched_donors"] == len(donor_texts)
 
-    monkeypatch.setattr(module, "reference_cap", lambda n_queries: 5)
+    monkeypatch.setattr(module, "reference_limit", lambda n_queries: 5)
     first = pseudo_captions(matcher_space(embeddings, features), features, noisy, ~noisy, seed=3)
     again = pseudo_captions(matcher_space(embeddings, features), features, noisy, ~noisy, seed=3)
     assert first[2]["searched_donors"] == 5

@@ -1,0 +1,216 @@
+"""Nearest references by inner product: exact in blocks when small, an index when over budget.
+
+The stages compare every query (a noisy pair's image, a clean pair's caption) with a reference
+set (the clean donors' captions, the confident pool's images). Up to the stages' search budget
+(:data:`ncclean.stages.SEARCH_BUDGET` query-reference products) they do so exactly, by blocked
+matrix products in their own modules; beyond it they ask this module. With faiss installed (the
+``index`` extra: ``pip install 'ncclean[index]'``) the references go into an inverted-file index
+(faiss's IVF-SQ8: k-means lists of 8-bit codes, a query scans the lists nearest to it) that
+proposes each query's ``k`` best candidates; their inner products are then computed exactly
+here, so a score never depends on the library's arithmetic. Without faiss the stages search a
+seeded sample of the references, as before, and say so in the run's record. Why an IVF index and
+not an HNSW graph (faiss's or usearch's), and its recall@1 against exact search on 100,000
+donors: ``benchmarks/results/ann-index.md``.
+
+The lists are built with one thread from faiss's fixed k-means seed, so the same references in
+the same order give the same index and the same answers. A process builds an index once per
+reference array (:func:`reference_index` keeps the last few), so a worker applying a fit to
+shard after shard builds it once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from ncclean.stages import SEARCH_BUDGET, reference_cap
+
+LISTS_PER_ROOT = 4  # k-means lists per square root of the references (faiss's nlist)
+PROBES = 16  # lists a query scans (nprobe)
+CANDIDATES = 16  # candidates a query takes from the index for its best reference
+_BLOCK = 2048
+_CACHE: OrderedDict[int, tuple[np.ndarray, ReferenceIndex]] = OrderedDict()
+_CACHE_SIZE = 4
+MISSING = "faiss is not installed (pip install 'ncclean[index]')"
+
+
+def over_budget(n_queries: int, n_references: int) -> bool:
+    """Whether comparing every query with every reference exceeds the search budget."""
+    return n_queries * n_references > SEARCH_BUDGET
+
+
+def index_available() -> bool:
+    """Whether the index library (faiss) can be imported."""
+    return _faiss() is not None
+
+
+def reference_limit(n_queries: int) -> int | None:
+    """How many references a stage keeps for ``n_queries`` queries: all (``None``) when the
+    index can search them, else a seeded sample of :func:`ncclean.stages.reference_cap`."""
+    return None if index_available() else reference_cap(n_queries)
+
+
+def index_note() -> dict:
+    """What a stage's report says when it searched through the index."""
+    return {"search": "index",
+            "index": f"faiss IVF-SQ8, {LISTS_PER_ROOT} sqrt(n) lists, {PROBES} probed"}
+
+
+def sample_note() -> dict:
+    """What a stage's report says when, without faiss, it searched a sample of its
+    references."""
+    return {"search": "sample", "search_note": MISSING}
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+class ReferenceIndex:
+    """An inverted-file index over ``references`` (``(n, d) float32``, kept by reference, not
+    copied): k-means lists of the references, of which a query scans the ``PROBES`` whose
+    centroids are nearest, holding each reference as 8-bit codes (a quarter of its float32
+    size); it proposes candidates, whose scores are recomputed exactly from ``references``."""
+
+    def __init__(self, references: np.ndarray):
+        faiss = _faiss()
+        if faiss is None:
+            raise ImportError(MISSING)
+        self.references = np.ascontiguousarray(references, dtype=np.float32)
+        n, dim = self.references.shape
+        # 4 sqrt(n) lists, at least 39 references each (faiss's k-means warns below that)
+        self.n_lists = max(1, min(int(LISTS_PER_ROOT * np.sqrt(n)), n // 39))
+        self.lists = faiss.IndexIVFScalarQuantizer(
+            faiss.IndexFlatIP(dim), dim, self.n_lists, faiss.ScalarQuantizer.QT_8bit,
+            faiss.METRIC_INNER_PRODUCT)
+        self.lists.nprobe = min(PROBES, self.n_lists)
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # one thread: the lists are a function of the references
+        try:
+            self.lists.train(self.references)
+            self.lists.add(self.references)
+        finally:
+            faiss.omp_set_num_threads(threads)
+
+    def candidates(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, scores)``, ``(len(queries), k)`` each: up to ``k`` references per query
+        (``int64``, -1 where the lists scanned hold fewer) and their exact inner products
+        (``float32``, -inf at -1), best first."""
+        k = min(k, len(self.references))
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        _, found = self.lists.search(queries, k)
+        found = found.astype(np.int64)
+        scores = np.einsum("qd,qkd->qk", queries, self.references[np.maximum(found, 0)])
+        scores[found < 0] = -np.inf
+        order = np.argsort(-scores, axis=1, kind="stable")
+        return np.take_along_axis(found, order, 1), np.take_along_axis(scores, order, 1)
+
+
+def reference_index(references: np.ndarray, keep: bool = True) -> ReferenceIndex | None:
+    """The index of ``references``, or ``None`` without faiss. With ``keep`` it is built once
+    per array object in this process (a worker applying a fit to shard after shard builds it
+    once); a one-pass stage, whose references are a temporary array, passes ``keep=False``."""
+    if not index_available():
+        return None
+    if not keep:
+        return ReferenceIndex(references)
+    key = id(references)
+    if key in _CACHE and _CACHE[key][0] is references:
+        _CACHE.move_to_end(key)
+        return _CACHE[key][1]
+    index = ReferenceIndex(references)
+    _CACHE[key] = (references, index)  # holding the array keeps its id from being reused
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return index
+
+
+def best_reference(index: ReferenceIndex, queries: np.ndarray, query_label: np.ndarray,
+                   reference_label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every query (``(nq, d) float32``), the reference maximising the inner product among
+    those whose label differs from the query's (``query_label`` ``(nq,)``, ``reference_label``
+    ``(n,)``, e.g. caption identities: a pair's own caption is no donor). Returns positions
+    ``(nq,) int64`` and scores ``(nq,) float32`` (-inf where every reference is excluded). A
+    query whose candidates are all excluded is searched exactly."""
+    best = np.empty(len(queries), dtype=np.int64)
+    score = np.empty(len(queries), dtype=np.float32)
+    for start in range(0, len(queries), _BLOCK):
+        block = slice(start, start + _BLOCK)
+        found, scores = index.candidates(queries[block], CANDIDATES)
+        excluded = (found < 0) | (reference_label[np.maximum(found, 0)]
+                                  == query_label[block][:, None])
+        scores[excluded] = -np.inf
+        first = scores.argmax(1)
+        rows = np.arange(len(found))
+        best[block], score[block] = found[rows, first], scores[rows, first]
+        redo = start + np.flatnonzero(~np.isfinite(score[block]))  # rare: search them exactly
+        for at in range(0, len(redo), 256):
+            rows = redo[at:at + 256]
+            sims = queries[rows] @ index.references.T
+            sims[query_label[rows][:, None] == reference_label[None, :]] = -np.inf
+            best[rows], score[rows] = sims.argmax(1), sims.max(1)
+    return best, score
+
+
+def log_partition(index: ReferenceIndex, queries: np.ndarray, query_label: np.ndarray,
+                  reference_label: np.ndarray, temperature: float, sample: np.ndarray,
+                  k: int = 64) -> np.ndarray:
+    """``(nq,) float64``: ``log sum_j exp(q . r_j / temperature)`` over the references whose
+    label differs from the query's, estimated: the index's ``k`` best candidates exactly, the
+    rest from ``sample`` (sorted reference positions, a seeded sample) scaled to their number.
+    At a low temperature the nearest references carry most of the sum, and a query near none
+    (a caption that fits hundreds of images equally) is averaged well by the sample."""
+    order = np.argsort(reference_label, kind="stable")
+    sorted_label = reference_label[order]
+    sample_vectors = torch.from_numpy(index.references[sample])
+    sample_label = reference_label[sample]
+    out = np.empty(len(queries))
+    for start in range(0, len(queries), _BLOCK):
+        q, label = queries[start:start + _BLOCK], query_label[start:start + _BLOCK]
+        found, scores = index.candidates(q, k)
+        top = (found >= 0) & (reference_label[np.maximum(found, 0)] != label[:, None])
+        top_lse = _logsumexp(np.where(top, scores / temperature, -np.inf))
+        same = np.searchsorted(sorted_label, label, "right") - \
+            np.searchsorted(sorted_label, label, "left")
+        rest = len(reference_label) - same - top.sum(1)  # references outside the candidates
+        drop = sample_label[None, :] == label[:, None]
+        at = np.minimum(np.searchsorted(sample, found), len(sample) - 1)
+        hit = top & (sample[at] == found)
+        drop[np.nonzero(hit)[0], at[hit]] = True  # counted among the candidates already
+        kept = (~drop).sum(1)
+        logits = (torch.from_numpy(np.ascontiguousarray(q)) @ sample_vectors.T) / temperature
+        logits.masked_fill_(torch.from_numpy(drop), float("-inf"))
+        tail = torch.logsumexp(logits, dim=1).double().numpy()
+        with np.errstate(divide="ignore"):
+            tail = tail + np.log(np.maximum(rest, 0)) - np.log(np.maximum(kept, 1))
+        tail[(kept == 0) | (rest <= 0)] = -np.inf
+        out[start:start + len(q)] = np.logaddexp(top_lse, tail)
+    return out
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    """Row-wise log-sum-exp of ``(n, m)``; -inf for a row of -inf."""
+    peak = x.max(axis=1)
+    safe = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(np.exp(x - safe[:, None]).sum(axis=1))
+
+
+def tail_sample(n_references: int, n_queries: int, rng: np.random.Generator) -> np.ndarray:
+    """Sorted positions of the references :func:`log_partition` averages the rest over: as
+    many as the budget allows for ``n_queries`` queries (all when that many fit)."""
+    size = reference_cap(n_queries)
+    if n_references <= size:
+        return np.arange(n_references)
+    return np.sort(rng.choice(n_references, size, replace=False))
+
+
+__all__ = ["CANDIDATES", "ReferenceIndex", "best_reference", "index_available", "log_partition",
+           "index_note", "over_budget", "reference_index", "reference_limit", "sample_note",
+           "tail_sample"]
