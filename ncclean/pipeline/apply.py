@@ -237,10 +237,8 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
     local = np.flatnonzero(parts[new] == CLEAN_SIGNIFICANT)
     if not len(local):
         return
-    image_key = vector_keys(features.image_data)
-    values = _indexed_specificity(fit, features, embeddings, local, image_key)
-    if values is None:
-        values = _exact_specificity(fit, features, embeddings, local, image_key)
+    values = _exact_specificity(fit, features, embeddings, local,
+                                vector_keys(features.image_data))
     significance[new[local]] = values
     # a caption used at most rare_count times stays significant (as in one pass)
     rare = counts[local] <= fit.meta["cut"]["rare_count"]
@@ -266,27 +264,6 @@ def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.nda
         log_p = own - torch.logaddexp(own, torch.logsumexp(others.div_(TEMPERATURE), 1))
         values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
     return values
-
-
-def _indexed_specificity(fit: Fit, features, embeddings: Embeddings, local: np.ndarray,
-                         image_key: np.ndarray) -> np.ndarray | None:
-    """Specificity of ``local`` through the pool's index beyond the search budget (as one pass,
-    :func:`ncclean.stages.significance.indexed_specificity`), else ``None``."""
-    pool = fit.arrays["pool.images"]
-    if not over_budget(len(local), len(pool)):
-        return None
-    from ncclean.stages.index import reference_index
-    from ncclean.stages.significance import pool_sample, specificity_by_index
-
-    index = reference_index(pool)  # built once per process for the fit's pool
-    if index is None:
-        return None
-    groups = features.image_group[local]
-    texts = embeddings.texts[features.text_group[local]].astype(np.float32)
-    own = np.einsum("nd,nd->n", texts, embeddings.images[groups].astype(np.float32))
-    return specificity_by_index(index, texts, own, image_key[groups],
-                                fit.arrays["pool.image_key"], TEMPERATURE, SHARE,
-                                pool_sample(len(pool), len(local), fit.meta["seed"]))
 
 
 def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor: np.ndarray,

@@ -28,6 +28,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
                    pseudo_captions: bool) -> Fit:
     """A :class:`Fit` from ``state`` (what ``score_corpus`` hands ``on_scored``), ``method`` the
     fitted method object."""
+    from ncclean.stages import reference_cap
     from ncclean.stages.index import reference_limit
     from ncclean.stages.significance import confident_pool
 
@@ -60,8 +61,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     meta_extra: dict = {}
     candidates = np.isin(parts, list(CLEAN))
     if significance_mode == "specificity" and stages.significance is not None:
-        limit = reference_limit(int(candidates.sum()))  # as one pass: all with the index
-        size = SIGNIFICANCE_BANK if limit is None else min(SIGNIFICANCE_BANK, limit)
+        size = min(SIGNIFICANCE_BANK, reference_cap(int(candidates.sum())))  # as one pass
         pool = confident_pool(clean_prob, candidates, SIGNIFICANCE_THRESHOLD, size, seed)
         groups = np.unique(features.image_group[pool])
         arrays["pool.images"] = embeddings.images[groups].astype(np.float32)

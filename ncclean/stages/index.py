@@ -1,16 +1,19 @@
 """Nearest references by inner product: exact in blocks when small, an index when over budget.
 
-The stages compare every query (a noisy pair's image, a clean pair's caption) with a reference
-set (the clean donors' captions, the confident pool's images). Up to the stages' search budget
-(:data:`ncclean.stages.SEARCH_BUDGET` query-reference products) they do so exactly, by blocked
-matrix products in their own modules; beyond it they ask this module. With faiss installed (the
-``index`` extra: ``pip install 'ncclean[index]'``) the references go into an inverted-file index
-(faiss's IVF-SQ8: k-means lists of 8-bit codes, a query scans the lists nearest to it) that
-proposes each query's ``k`` best candidates; their inner products are then computed exactly
-here, so a score never depends on the library's arithmetic. Without faiss the stages search a
-seeded sample of the references, as before, and say so in the run's record. Why an IVF index and
-not an HNSW graph (faiss's or usearch's), and its recall@1 against exact search on 100,000
-donors: ``benchmarks/results/ann-index.md``.
+The pseudo-caption stage compares every noisy pair's image with the clean donors' captions. Up
+to the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET` query-reference products) it
+does so exactly, by blocked matrix products; beyond it, it asks this module. (The specificity
+stage keeps a seeded pool within the budget: its softmax needs the whole pool's mass, and an
+index over 20,000 images estimating it cost 0.73x the exact search of the whole pool and more
+than the exact search when applying a fit, ``benchmarks/results/ann-index.md``.)
+
+With faiss installed (the ``index`` extra: ``pip install 'ncclean[index]'``) the donors go into
+an inverted-file index (faiss's IVF-SQ8: k-means lists of 8-bit codes, a query scans the lists
+nearest to it) that proposes each query's ``k`` best candidates; their inner products are then
+computed exactly here, so a score never depends on the library's arithmetic. Without faiss the
+stage searches a seeded sample of the donors, as before, and says so in the run's record. Why an
+IVF index and not an HNSW graph (faiss's or usearch's), and its recall@1 against exact search on
+100,000 donors: ``benchmarks/results/ann-index.md``.
 
 The lists are built with one thread from faiss's fixed k-means seed, so the same references in
 the same order give the same index and the same answers. A process builds an index once per
@@ -23,7 +26,6 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-import torch
 
 from ncclean.stages import SEARCH_BUDGET, reference_cap
 
@@ -158,59 +160,5 @@ def best_reference(index: ReferenceIndex, queries: np.ndarray, query_label: np.n
     return best, score
 
 
-def log_partition(index: ReferenceIndex, queries: np.ndarray, query_label: np.ndarray,
-                  reference_label: np.ndarray, temperature: float, sample: np.ndarray,
-                  k: int = 64) -> np.ndarray:
-    """``(nq,) float64``: ``log sum_j exp(q . r_j / temperature)`` over the references whose
-    label differs from the query's, estimated: the index's ``k`` best candidates exactly, the
-    rest from ``sample`` (sorted reference positions, a seeded sample) scaled to their number.
-    At a low temperature the nearest references carry most of the sum, and a query near none
-    (a caption that fits hundreds of images equally) is averaged well by the sample."""
-    order = np.argsort(reference_label, kind="stable")
-    sorted_label = reference_label[order]
-    sample_vectors = torch.from_numpy(index.references[sample])
-    sample_label = reference_label[sample]
-    out = np.empty(len(queries))
-    for start in range(0, len(queries), _BLOCK):
-        q, label = queries[start:start + _BLOCK], query_label[start:start + _BLOCK]
-        found, scores = index.candidates(q, k)
-        top = (found >= 0) & (reference_label[np.maximum(found, 0)] != label[:, None])
-        top_lse = _logsumexp(np.where(top, scores / temperature, -np.inf))
-        same = np.searchsorted(sorted_label, label, "right") - \
-            np.searchsorted(sorted_label, label, "left")
-        rest = len(reference_label) - same - top.sum(1)  # references outside the candidates
-        drop = sample_label[None, :] == label[:, None]
-        at = np.minimum(np.searchsorted(sample, found), len(sample) - 1)
-        hit = top & (sample[at] == found)
-        drop[np.nonzero(hit)[0], at[hit]] = True  # counted among the candidates already
-        kept = (~drop).sum(1)
-        logits = (torch.from_numpy(np.ascontiguousarray(q)) @ sample_vectors.T) / temperature
-        logits.masked_fill_(torch.from_numpy(drop), float("-inf"))
-        tail = torch.logsumexp(logits, dim=1).double().numpy()
-        with np.errstate(divide="ignore"):
-            tail = tail + np.log(np.maximum(rest, 0)) - np.log(np.maximum(kept, 1))
-        tail[(kept == 0) | (rest <= 0)] = -np.inf
-        out[start:start + len(q)] = np.logaddexp(top_lse, tail)
-    return out
-
-
-def _logsumexp(x: np.ndarray) -> np.ndarray:
-    """Row-wise log-sum-exp of ``(n, m)``; -inf for a row of -inf."""
-    peak = x.max(axis=1)
-    safe = np.where(np.isfinite(peak), peak, 0.0)
-    with np.errstate(divide="ignore"):
-        return safe + np.log(np.exp(x - safe[:, None]).sum(axis=1))
-
-
-def tail_sample(n_references: int, n_queries: int, rng: np.random.Generator) -> np.ndarray:
-    """Sorted positions of the references :func:`log_partition` averages the rest over: as
-    many as the budget allows for ``n_queries`` queries (all when that many fit)."""
-    size = reference_cap(n_queries)
-    if n_references <= size:
-        return np.arange(n_references)
-    return np.sort(rng.choice(n_references, size, replace=False))
-
-
-__all__ = ["CANDIDATES", "ReferenceIndex", "best_reference", "index_available", "log_partition",
-           "index_note", "over_budget", "reference_index", "reference_limit", "sample_note",
-           "tail_sample"]
+__all__ = ["CANDIDATES", "ReferenceIndex", "best_reference", "index_available",
+           "index_note", "over_budget", "reference_index", "reference_limit", "sample_note"]

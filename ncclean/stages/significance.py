@@ -17,11 +17,8 @@ pool of ``K`` confident-clean images, the caption's text-to-image probability of
 the ``log2(K)`` needed to single the image out. ``significance = log(K p) / (share * log K)``, so
 a caption carrying at least ``share`` (default a quarter) of those bits is significant (>= 1).
 Collection names such as "gramastar" fit hundreds of images equally and carry almost none. The
-pool holds at most ``bank_size`` pairs. For corpora so large that every candidate against it
-would exceed the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET`), the softmax's
-denominator is estimated: the pool's nearest images to the caption exactly (an index,
-:mod:`ncclean.stages.index`) and the rest from a seeded sample; without the index library the
-pool itself shrinks to a seeded sample, as the run's record says.
+pool holds at most ``bank_size`` pairs, and fewer for corpora so large that every candidate
+against it would exceed the stages' search budget (:data:`ncclean.stages.SEARCH_BUDGET`).
 Users asked for these correct-but-empty pairs to leave ``clean_significant``; SDD's ratio does
 not move them (it marks them significant *more* often than other clean pairs: measured in
 ``benchmarks/results/stages.md``). ``score`` leaves a caption the corpus uses at most
@@ -44,17 +41,7 @@ import torch
 from ncclean.models.features import Features
 from ncclean.progress import Progress, no_progress
 from ncclean.seeds import derive_rng
-from ncclean.stages.index import (
-    ReferenceIndex,
-    index_available,
-    index_note,
-    log_partition,
-    over_budget,
-    reference_index,
-    reference_limit,
-    sample_note,
-    tail_sample,
-)
+from ncclean.stages import reference_cap
 from ncclean.train.probe import Probe, confident_pool, memory_entries, nearest_in_pool
 from ncclean.train.scoring import Embeddings, embed
 
@@ -80,20 +67,14 @@ class SignificanceConfig:
 
 
 def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarray,
-                pool: np.ndarray, temperature: float, share: float = 0.25,
-                seed: int = 0) -> np.ndarray:
+                pool: np.ndarray, temperature: float, share: float = 0.25) -> np.ndarray:
     """``(n,)``: the specificity significance of every candidate (NaN elsewhere). The pair's own
-    image is excluded from the pool's by position (one entry per row), not by a mask. Beyond
-    the search budget with the index library, the softmax's denominator is estimated from the
-    pool's nearest images and a seeded sample of the rest (:func:`indexed_specificity`)."""
+    image is excluded from the pool's by position (one entry per row), not by a mask."""
     pool_groups = np.unique(features.image_group[pool])
-    k = len(pool_groups) + 1  # the pool's images and the pair's own
-    rows = np.flatnonzero(candidates)
-    if over_budget(len(rows), len(pool_groups)) and index_available():
-        return indexed_specificity(embeddings, features, rows, pool_groups, temperature, share,
-                                  seed)
     pool_images = torch.from_numpy(embeddings.images[pool_groups]).float()
+    k = len(pool_groups) + 1  # the pool's images and the pair's own
     out = np.full(features.n_pairs, np.nan)
+    rows = np.flatnonzero(candidates)
     for start in range(0, len(rows), _BLOCK):
         block = rows[start:start + _BLOCK]
         groups = features.image_group[block]
@@ -107,43 +88,6 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
         log_p = torch.log_softmax(logits, dim=1)[:, 0]
         out[block] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
     return out
-
-
-def indexed_specificity(embeddings: Embeddings, features: Features, rows: np.ndarray,
-                        pool_groups: np.ndarray, temperature: float, share: float,
-                        seed: int) -> np.ndarray:
-    """:func:`specificity` of ``rows`` against the images ``pool_groups`` through the pool's
-    nearest-neighbour index (:func:`specificity_by_index`). ``(n,)``, NaN off ``rows``."""
-    index = reference_index(embeddings.images[pool_groups].astype(np.float32), keep=False)
-    sample = pool_sample(len(pool_groups), len(rows), seed)
-    out = np.full(features.n_pairs, np.nan)
-    for start in range(0, len(rows), 65536):
-        block = rows[start:start + 65536]
-        groups = features.image_group[block]
-        texts = embeddings.texts[features.text_group[block]].astype(np.float32)
-        own = np.einsum("nd,nd->n", texts, embeddings.images[groups].astype(np.float32))
-        out[block] = specificity_by_index(index, texts, own, groups, pool_groups, temperature,
-                                          share, sample)
-    return out
-
-
-def pool_sample(n_pool: int, n_candidates: int, seed: int) -> np.ndarray:
-    """Sorted positions of the pool images that stand for the rest of the pool beyond the
-    index's nearest (:func:`ncclean.stages.index.tail_sample`, seeded)."""
-    return tail_sample(n_pool, n_candidates, derive_rng(seed, "reference-pool", 1))
-
-
-def specificity_by_index(index: ReferenceIndex, texts: np.ndarray, own: np.ndarray,
-                         label: np.ndarray, pool_label: np.ndarray, temperature: float,
-                         share: float, sample: np.ndarray) -> np.ndarray:
-    """``(n,) float64`` specificity of captions ``texts`` (``(n, d) float32``) whose own image
-    scores ``own`` (``(n,)``) against the pool of ``index``, the pool images labelled like the
-    caption's own image (``label`` ``(n,)`` against ``pool_label``) left out: the softmax's
-    denominator by :func:`ncclean.stages.index.log_partition` over ``sample``."""
-    others = log_partition(index, texts, label, pool_label, temperature, sample)
-    log_p = own / temperature - np.logaddexp(own / temperature, others)
-    k = len(pool_label) + 1
-    return (log_p + math.log(k)) / (share * math.log(k))
 
 
 def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates: np.ndarray,
@@ -196,19 +140,13 @@ def significance(matcher, features: Features, clean_prob: np.ndarray, candidates
     if embeddings is None:
         embeddings = embed(matcher, features, device)
     size = config.bank_size
-    n_candidates = int(candidates.sum())
-    limit = reference_limit(n_candidates)
-    if config.mode == "specificity" and limit is not None:  # every candidate against the pool
-        size = min(size, limit)
+    if config.mode == "specificity":  # every candidate against the whole pool
+        size = min(size, reference_cap(int(candidates.sum())))
     pool = confident_pool(clean_prob, candidates, config.bank_threshold, size, seed)
     report: dict = {"mode": config.mode, "pool": int(len(pool))}
     if config.mode == "specificity":
-        if limit is not None and limit < min(config.bank_size, n_candidates):
-            report |= sample_note()  # the pool may have been cut to the limit
-        elif over_budget(n_candidates, len(np.unique(features.image_group[pool]))):
-            report |= index_note()
         return specificity(embeddings, features, candidates, pool, config.temperature,
-                           config.share, seed=seed), report
+                           config.share), report
 
     neighbours = memory_entries(embeddings, features, pool)
     mean, per_pass = update_ratio(matcher, features, clean_prob, candidates, neighbours, config,

@@ -62,7 +62,7 @@ def test_specificity_matches_its_definition_and_the_pool_respects_the_budget(mon
         k = len(pool) + 1
         assert values[i] == pytest.approx((log_p + np.log(k)) / (0.25 * np.log(k)), rel=1e-4)
 
-    monkeypatch.setattr(module, "reference_limit", lambda n_queries: 8)
+    monkeypatch.setattr(module, "reference_cap", lambda n_queries: 8)
     _, report = significance(None, features, np.ones(40), np.ones(40, bool),
                              embeddings=Embeddings(images, texts))
     assert report["pool"] == 8
