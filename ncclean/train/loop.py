@@ -91,6 +91,16 @@ class Objective(ABC):
         """Restore what :meth:`state` returned."""
 
 
+def _fusable(parameters: Sequence[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW kernel can step ``parameters``: one pass over each
+    parameter instead of a dozen elementwise kernels (measured on the heads of ``gmm``: the
+    optimiser step took 4-5x less; ``benchmarks/results/throughput.md``)."""
+    return bool(parameters) and all(
+        p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float64,
+                                                         torch.float16, torch.bfloat16)
+        for p in parameters)
+
+
 def _clip_groups(model: nn.Module) -> list[list[nn.Parameter]]:
     """Gradient clipping applies per network: each member of an ensemble (NCR's A and B) is
     clipped on its own, as when each has its own optimiser. A member with a ``clip_groups()``
@@ -111,7 +121,8 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
     epoch (mean loss, seconds, and whatever the objective's ``end_epoch`` adds)."""
     model.to(config.device)
     parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay,
+                                  fused=_fusable(parameters) or None)
     history: list[dict[str, float]] = []
     start = 0
     if config.checkpoint_dir is not None and config.resume:
