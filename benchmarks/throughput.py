@@ -218,6 +218,72 @@ def profile_method(name: str, args: argparse.Namespace, top: int = 12) -> str:
             f"{row['outside_share']:.0%}\n{table}")
 
 
+def ab_steps(name: str, args: argparse.Namespace, rounds: int = 6, chunk: int = 5) -> dict:
+    """The step time of this checkout's training path against the path before issue 42's
+    changes, in one process, alternating chunks of ``chunk`` steps for ``rounds`` rounds (so
+    that both arms see the same load): the old arm steps with torch's default AdamW and
+    ``clip_grad_norm_`` and, for ``gmm``/``pc2``, with the heads' shortcuts off (a second
+    forward pass for every eval-mode prediction, clean and noisy batches encoded apart); the
+    new arm as :func:`ncclean.train.loop.train` does. ``gmm``/``pc2``: co-training steps with
+    the noisy pairs; ``crcl``: steps after the freeze. Returns the best and median ms per step
+    of each arm."""
+    import copy
+    import statistics
+
+    import torch
+
+    from ncclean.methods.base import Context, make_method
+    from ncclean.models.matcher import Ensemble
+    from ncclean.models.towers import VectorMLP
+    from ncclean.train.loop import _clip, _clip_groups, _fusable
+
+    features, config, _ = vector_corpus(args.pairs, args.seed)
+    context = Context(seed=args.seed, matcher_config=config)
+    if name == "crcl":
+        from ncclean.methods.crcl import SelfRefine
+
+        objective = SelfRefine(features, make_method("crcl", {}), (2,), 1, "cpu", args.seed)
+        model, epoch = context.new_matcher(0), 1
+    else:
+        method = make_method(name, {"noisy_from": 0.0})
+        model = method._model(Ensemble([context.new_matcher(0), context.new_matcher(1)]),
+                              features, context)
+        objective, epoch = method._objective(features, 1, 1, context), 1
+        objective.divide(model)
+    steps = list(objective.steps(epoch, np.random.default_rng(args.seed)))
+    old_model = copy.deepcopy(model)
+    for module in old_model.modules():
+        if isinstance(module, VectorMLP):
+            module.same_in_eval = False
+    arms = {}
+    for arm, net in (("old", old_model), ("new", model)):
+        params = [p for p in net.parameters() if p.requires_grad]
+        fused = arm == "new" and _fusable(params)
+        arms[arm] = (net, torch.optim.AdamW(params, lr=2e-4, fused=fused or None),
+                     _clip_groups(net), [])
+    for r in range(rounds + 1):  # round 0 warms caches up and is not counted
+        for arm, (net, optimizer, groups, times) in arms.items():
+            began = time.perf_counter()
+            for step in steps[(r * chunk) % len(steps):][:chunk]:
+                loss = objective.loss(net, step, epoch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                for group in groups:
+                    if arm == "new":
+                        _clip(group, 2.0)
+                    else:
+                        torch.nn.utils.clip_grad_norm_(group, 2.0)
+                optimizer.step()
+                float(loss.detach())
+            if r:
+                times.append(1000 * (time.perf_counter() - began) / chunk)
+    out = {"method": name, "threads": _threads()}
+    for arm, (_, _, _, times) in arms.items():
+        out[f"{arm}_best_ms"], out[f"{arm}_median_ms"] = min(times), statistics.median(times)
+    out["ratio_median"] = out["new_median_ms"] / out["old_median_ms"]
+    return out
+
+
 def render(rows: list[dict]) -> str:
     lines = ["| method | pairs | threads | ceiling before / after | step GFLOP/s | share | "
              "GFLOP/step | ms/step | epoch (steps) | fit | outside steps | AUROC |",
@@ -243,6 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", "--param", action="append", default=[], metavar="METHOD:K=V",
                         help="a method parameter, e.g. gmm:batch_size=256 (repeatable)")
     parser.add_argument("--profile", action="store_true", help="also a torch.profiler table")
+    parser.add_argument("--ab", action="store_true", help="only the step times of the path "
+                        "before and after issue 42's changes, in one process (gmm, pc2, crcl)")
     parser.add_argument("--max-steps", type=int, help="cut every epoch to this many steps "
                         "(for a quick step rate; the AUROC then means nothing)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -257,6 +325,10 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(args.threads)
     _wrap_training(args.max_steps)
+    if args.ab:
+        for name in args.methods:
+            print(json.dumps(ab_steps(name, args)), flush=True)
+        return
     if args.child:  # one method in a fresh process: no state shared between methods
         row = run_method(args.child, args)
         print("ROW " + json.dumps(row), flush=True)
