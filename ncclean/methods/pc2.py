@@ -78,6 +78,10 @@ class Classified(nn.Module):
     def embed_dim(self) -> int:
         return self.matcher.embed_dim
 
+    @property
+    def same_in_eval(self) -> bool:
+        return getattr(self.matcher, "same_in_eval", False)
+
     def encode_images(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.matcher.encode_images(*inputs)
 
@@ -149,10 +153,11 @@ class PseudoClassify(CoDivide):
         """Eq. 8: ``y = w + (1 - w) 1(w_o >= tau) w_o``."""
         return w + (1 - w) * (w_osc >= self.method.p_threshold) * w_osc
 
-    def clean_label(self, member: Classified, batch, clean: np.ndarray, k: int) -> torch.Tensor:
+    def clean_label(self, member: Classified, batch, clean: np.ndarray, k: int,
+                    sims: torch.Tensor | None = None) -> torch.Tensor:
         """Eq. 8's label of network ``k``'s clean-set pairs, or NCR's with ``rectify="ncr"``."""
         if self.method.rectify == "ncr":
-            return super().clean_label(member, batch, clean, k)
+            return super().clean_label(member, batch, clean, k, sims)
         return torch.as_tensor(self.rectified(self.posterior[1 - k][clean],
                                               self.w_osc[1 - k][clean]),
                                dtype=torch.float32, device=self.device)
@@ -180,22 +185,28 @@ class PseudoClassify(CoDivide):
         """PC²'s classification terms on every batch, warm-up and co-training alike."""
         return self.classification(member, images, texts)
 
+    noisy_sides = ("images",)  # L_n reads the noisy pairs' images only
+
     def noisy_loss(self, member: Classified, other: Classified, noisy: Batch, clean: Batch,
-                   clean_images: torch.Tensor, clean_texts: torch.Tensor) -> torch.Tensor | None:
+                   clean_images: torch.Tensor, clean_texts: torch.Tensor,
+                   embedded: tuple[torch.Tensor | None, ...] | None = None) \
+            -> torch.Tensor | None:
         """``lambda_noisy L_n``: the noisy images against pseudo-captions from the clean batch
         (none when the clean batch is empty)."""
         if not len(clean_images):
             return None
         return self.method.lambda_noisy * self.pseudo_caption_loss(
-            member, noisy, clean_images, clean_texts, clean.text_group)
+            member, noisy, clean_images, clean_texts, clean.text_group,
+            embedded[0] if embedded is not None else None)
 
     def pseudo_caption_loss(self, member: Classified, noisy, clean_images: torch.Tensor,
-                            clean_texts: torch.Tensor,
-                            clean_text_group: torch.Tensor) -> torch.Tensor:
+                            clean_texts: torch.Tensor, clean_text_group: torch.Tensor,
+                            images: torch.Tensor | None = None) -> torch.Tensor:
         """``L_n`` (Eq. 4-6): each noisy image against the caption of the clean pair in the batch
         whose image's class probabilities are closest; pairs with ``S^p`` below the threshold
-        give no supervision."""
-        images = member.encode_images(*noisy.images)
+        give no supervision. ``images``: the noisy images' embeddings, if already made."""
+        if images is None:
+            images = member.encode_images(*noisy.images)
         with torch.no_grad():
             noisy_p = F.normalize(torch.softmax(member.head(images), 1), dim=1)
             clean_p = F.normalize(torch.softmax(member.head(clean_images), 1), dim=1)

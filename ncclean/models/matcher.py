@@ -114,6 +114,13 @@ class Matcher(nn.Module):
     def embed_dim(self) -> int:
         return self.config.embed_dim
 
+    @property
+    def same_in_eval(self) -> bool:
+        """Whether both towers compute the same in training and eval mode (heads on fixed
+        vectors), so that eval-mode similarities can be read off a training forward pass."""
+        return all(getattr(tower, "same_in_eval", False)
+                   for tower in (self.image_tower, self.text_tower))
+
     def encode_images(self, *inputs: torch.Tensor) -> torch.Tensor:
         """``(B, embed_dim)`` unit vectors."""
         return F.normalize(self.image_tower(*inputs), dim=-1)

@@ -59,6 +59,7 @@ class PixelCNN(nn.Module):
         super().__init__()
         w = width
         self.augment = augment
+        self.same_in_eval = not augment  # see VectorMLP.same_in_eval
         self.features = nn.Sequential(
             _conv(3, w, 5, 2),
             _conv(w, 2 * w, 3, 2),
@@ -90,6 +91,7 @@ class TokenGRU(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.gru = nn.GRU(word_dim, embed_dim, batch_first=True, bidirectional=True)
         self.embed_dim = embed_dim
+        self.same_in_eval = dropout == 0  # see VectorMLP.same_in_eval
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         lengths = lengths.clamp(min=1)  # packing reads them on the CPU, the mask on the device
@@ -110,6 +112,10 @@ class TokenGRU(nn.Module):
 class VectorMLP(nn.Module):
     """``(B, in_dim)`` float vectors -> ``(B, embed_dim)``: Linear, GELU, Linear, with a linear
     skip path so that the raw geometry of good features is available from the first step."""
+
+    #: Whether the forward pass is the same in training and eval mode (no dropout, no
+    #: augmentation), so that an eval-mode result can be read off a training forward.
+    same_in_eval = True
 
     def __init__(self, in_dim: int, embed_dim: int = 256, hidden: int = 512):
         super().__init__()

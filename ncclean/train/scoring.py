@@ -125,8 +125,13 @@ def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0
     for rows, img, txt, positive, mask, pool_images, pool_texts in pool_blocks(
             embeddings, features, pool_size, rng):
         count = mask.sum(dim=1).clamp(min=1)
-        image_to_text = ((margin - positive + img @ pool_texts.T).clamp(min=0) * mask).sum(1)
-        text_to_image = ((margin - positive + txt @ pool_images.T).clamp(min=0) * mask).sum(1)
+        offset, invalid = margin - positive, ~mask
+        # In place on each product: the same numbers as (margin - S_ii + S_ij)_+ * mask with
+        # three fewer (block, pool) temporaries per direction.
+        image_to_text = (img @ pool_texts.T).add_(offset).clamp_(min=0) \
+            .masked_fill_(invalid, 0.0).sum(1)
+        text_to_image = (txt @ pool_images.T).add_(offset).clamp_(min=0) \
+            .masked_fill_(invalid, 0.0).sum(1)
         out[rows.numpy()] = ((image_to_text + text_to_image) / count).numpy()
     return out
 

@@ -115,3 +115,21 @@ def test_train_config_from_context_takes_the_run_and_the_methods_settings(tmp_pa
         (7, "cpu", tmp_path, True)
     assert (config.epochs, config.lr) == (3, 1e-3)
     assert TrainConfig.from_context(context, epochs=1, seed=50, checkpoint_dir=None).seed == 50
+
+
+def test_clipping_is_clip_grad_norm_to_the_bit():
+    from ncclean.train.loop import _clip
+
+    for scale in (1e-3, 1e3):  # within the limit (nothing to do) and beyond it
+        torch.manual_seed(0)
+        ours = [nn.Parameter(torch.randn(5, 3)), nn.Parameter(torch.randn(7))]
+        theirs = [nn.Parameter(p.detach().clone()) for p in ours]
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn_like(a) * scale
+            b.grad = a.grad.clone()
+        _clip(ours, 2.0)
+        nn.utils.clip_grad_norm_(theirs, 2.0)
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a.grad, b.grad)
+        total = float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ours])))
+        assert total == pytest.approx(2.0, rel=1e-4) if scale > 1 else total < 0.1
