@@ -140,7 +140,7 @@ class ImagenetEncoder:
         if torch.device(device).type == "cpu":
             from ncclean.models.imagenet_fused import fuse
 
-            self.forward = fuse(self.network, self.variant.size) or self.network
+            self.forward = fuse(self.network, self.variant.size, _CHUNK) or self.network
         self._torch = torch
 
     def prepare(self, data: bytes, max_pixels: int) -> np.ndarray:
