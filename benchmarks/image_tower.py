@@ -6,9 +6,10 @@ For each variant asked for (``--variants``, default Lite0; Lite1/Lite2 need thei
 packages), on ``--n`` clip-art images drawn with a fixed seed:
 
 - *network, before*: timm's network as the tower ran it until the fused form (batches of 32,
-  channels-last, inference mode), on already decoded images;
+  channels-last, inference mode, all torch threads inside each operator), on decoded images;
 - *network*: the tower's forward pass now (:mod:`ncclean.models.imagenet_fused`, batches of
-  ``imagenet._CHUNK``), on the same decoded images, and its largest difference from *before*;
+  ``imagenet._CHUNK``, a batch per thread), on the same images, and its largest difference from
+  *before*;
 - *decode*: reading the bytes and decoding + padding to the input side on the shared pool
   (:func:`ncclean.data.corpus.map_images` with the tower's ``prepare``), no network;
 - *vectors*: :func:`ncclean.models.imagenet.imagenet_image_vectors` with no cache, as ``score``
@@ -110,6 +111,18 @@ def quiet(function: Callable, *args):
         return function(*args)
 
 
+def before_images(encoder, prepared: list[np.ndarray]) -> np.ndarray:
+    """The tower's forward pass until ``3ba69b7``: timm's network, batches of 32, every torch
+    thread inside each operator."""
+    out = np.empty((len(prepared), encoder.dim), dtype=np.float32)
+    with torch.inference_mode():
+        for start in range(0, len(prepared), 32):
+            pixels = torch.from_numpy(np.stack(prepared[start:start + 32]))
+            x = pixels.permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
+            out[start:start + len(x)] = encoder.network(x).numpy()
+    return out
+
+
 def measure(name: str, path: Path, folder: Path, labels: np.ndarray, before: bool) -> None:
     """Print the table of one variant on the sample at ``path``."""
     import ncclean.models.imagenet as imagenet
@@ -131,14 +144,11 @@ def measure(name: str, path: Path, folder: Path, labels: np.ndarray, before: boo
           "% of ceiling |")
     print("|---|---|---|---|---|---|---|")
     decoded = list(read_corpus(path, image_size=variant.size).images)
-    fused, chunk = encoder.forward, imagenet._CHUNK
     unfused = None
     if before:
-        encoder.forward, imagenet._CHUNK = encoder.network, 32
         unfused = timed("network, before (timm, batches of 32)", len(decoded), flop,
-                        lambda: encoder.images(decoded))
-        encoder.forward, imagenet._CHUNK = fused, chunk
-    after = timed(f"network (fused, batches of {chunk})", len(decoded), flop,
+                        lambda: before_images(encoder, decoded))
+    after = timed(f"network (fused, batches of {imagenet._CHUNK})", len(decoded), flop,
                   lambda: encoder.images(decoded), repeats=2)
     corpus = read_corpus(path)
     prepare = lambda data: encoder.prepare(data, DEFAULT_MAX_PIXELS)  # noqa: E731
