@@ -87,3 +87,23 @@ def test_the_encoder_is_deterministic_and_batch_independent():
     np.testing.assert_array_equal(encoder.images(images), vectors)
     one_by_one = np.concatenate([encoder.images([image]) for image in images])
     np.testing.assert_allclose(one_by_one, vectors, rtol=0, atol=1e-5)
+
+
+def test_a_batch_per_thread_gives_the_same_vectors_and_restores_the_thread_count():
+    import torch
+
+    from ncclean.models.imagenet import imagenet_encoder
+
+    encoder = imagenet_encoder()
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(9)]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = encoder.images(images)
+        torch.set_num_threads(3)
+        shared = encoder.images(images)  # three batches at once, the last of one image
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_allclose(shared, alone, rtol=0, atol=1e-5)
