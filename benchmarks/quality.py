@@ -42,12 +42,12 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_CLIPART = HERE.parent.parent / "shared" / "data" / "clipart" / "clipart.parquet"
 
 
-def run_child(command: list[str]) -> tuple[str, float, float]:
-    """Run ``command``; return its stdout, wall seconds and peak RSS in MB (from ``wait4``, so it
-    is this child's own peak)."""
+def run_child(command: list[str], env: dict | None = None) -> tuple[str, float, float]:
+    """Run ``command`` (in ``env``: this process's environment by default); return its stdout,
+    wall seconds and peak RSS in MB (from ``wait4``, so it is this child's own peak)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         began = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - began
         child.returncode = os.waitstatus_to_exitcode(status)
