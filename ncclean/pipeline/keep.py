@@ -25,9 +25,10 @@ NEGATIVE_POOL = 1024  # gmm's fixed negative pool for pairs it did not train on
 
 
 def fit_from_state(state: dict, method, seed: int, significance_mode: str,
-                   pseudo_captions: bool) -> Fit:
+                   pseudo_captions: bool, n_corpus: int | None = None) -> Fit:
     """A :class:`Fit` from ``state`` (what ``score_corpus`` hands ``on_scored``), ``method`` the
-    fitted method object."""
+    fitted method object; ``n_corpus``: the pairs the fit will be applied to, when more than
+    the sample (the donors kept are as many as the stage's budget allows for that many)."""
     from ncclean.stages import reference_cap
     from ncclean.stages.index import reference_limit
     from ncclean.stages.significance import confident_pool
@@ -70,8 +71,9 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         refs = np.flatnonzero(candidates)
         _, first = np.unique(features.text_group[refs], return_index=True)
         refs = refs[np.sort(first)]
-        cap = reference_limit(int((parts == "noisy").sum()))
-        if cap is not None and len(refs) > cap:
+        noisy = int((parts == "noisy").sum())  # the corpus's, when the sample is part of it
+        cap = reference_limit(noisy if n_corpus is None else noisy * n_corpus // max(1, n))
+        if len(refs) > cap:
             refs = np.sort(np.random.default_rng([seed, 67]).choice(refs, cap, replace=False))
         arrays["donors.keys"] = embeddings.texts[features.text_group[refs]].astype(np.float32)
         arrays["donors.text_key"] = text_keys([corpus.captions[r] for r in rows[refs]])

@@ -233,7 +233,7 @@ def _fit(shards, method, params, columns, matcher, cut, stages, run, device, n, 
 
     chosen = make_method(method, params)
     fit = fit_from_state(states, chosen, run.seed, significance_mode(stages, states["result"]),
-                         stages.pseudo_captions)
+                         stages.pseudo_captions, n_corpus=total)
     fit.meta["sample"] |= {"n_corpus": total, "fit_sample": n}
     if held_out.exists():
         from ncclean.data.corpus import read_corpus

@@ -48,10 +48,19 @@ def index_available() -> bool:
     return _faiss() is not None
 
 
-def reference_limit(n_queries: int) -> int | None:
-    """How many references a stage keeps for ``n_queries`` queries: all (``None``) when the
-    index can search them, else a seeded sample of :func:`ncclean.stages.reference_cap`."""
-    return None if index_available() else reference_cap(n_queries)
+INDEX_GAIN = 5
+"""How many times the budget's references the index searches: it answers in 14-20% of the exact
+search's time (``benchmarks/results/ann-index.md``), so the stage costs about the budget either
+way. Searching every donor cost a million-pair run twice the time and 0.8 GB more
+(``benchmarks/results/speed.md``)."""
+
+
+def reference_limit(n_queries: int) -> int:
+    """How many references a stage keeps for ``n_queries`` queries (a seeded sample beyond):
+    :func:`ncclean.stages.reference_cap`, :data:`INDEX_GAIN` times as many when the index can
+    search them."""
+    cap = reference_cap(n_queries)
+    return cap * INDEX_GAIN if index_available() else cap
 
 
 def index_note() -> dict:

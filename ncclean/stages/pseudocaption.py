@@ -163,8 +163,9 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
         _, first = np.unique(features.text_group[donor_rows], return_index=True)
         donor_rows = donor_rows[np.sort(first)]
     cap = reference_limit(len(query_rows))
-    if cap is not None and len(donor_rows) > cap:
-        report |= sample_note()
+    if len(donor_rows) > cap:
+        if not index_available():
+            report |= sample_note()
         donor_rows = np.sort(derive_rng(seed, "donor-sample").choice(donor_rows, cap,
                                                                      replace=False))
     report["searched_donors"] = int(len(donor_rows))

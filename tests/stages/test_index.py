@@ -131,3 +131,16 @@ def test_the_specificity_pool_stays_within_the_budget_with_faiss(small_budget, m
     _, report = significance(None, features, np.ones(300), np.ones(300, bool),
                              embeddings=embeddings)
     assert report["pool"] == 4000 // 300  # a seeded pool, searched exactly, index or not
+
+
+def test_the_index_searches_a_bounded_multiple_of_the_budgets_donors(small_budget, monkeypatch):
+    monkeypatch.setattr(stages, "SEARCH_BUDGET", 100 * 40)
+    monkeypatch.setattr(stages, "MIN_REFERENCES", 1)
+    assert index_module.reference_limit(100) == index_module.INDEX_GAIN * 40
+    embeddings, features, noisy = separated()
+    report = donors_of(embeddings, features, noisy, seed=3)[2]
+    assert report["search"] == "index" and "search_note" not in report
+    assert report["searched_donors"] == min(report["n_donors"], index_module.INDEX_GAIN *
+                                            stages.reference_cap(int(noisy.sum())))
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    assert index_module.reference_limit(100) == 40
