@@ -113,6 +113,26 @@ def windows(source: PairSource, rows: int) -> list[PairSource]:
     return parts
 
 
+def with_row_groups_of(source: PairSource, rows: int, folder: Path) -> PairSource:
+    """``source`` itself when none of its row groups holds more than twice ``rows`` rows; else
+    a copy of it in ``folder`` (one pass, uncompressed) in row groups of ``rows``, so that its
+    :func:`windows` hold about ``rows`` rows each (a writer's default row group is a million
+    rows: one such group would be one window)."""
+    largest = 0
+    for shard in source.shards:
+        with pq.ParquetFile(shard.path) as reader:
+            largest = max([largest] + [reader.metadata.row_group(g).num_rows
+                                       for g in range(reader.num_row_groups)])
+    if largest <= 2 * rows:
+        return source
+    dest = Path(folder) / "row-groups.parquet"
+    with pq.ParquetWriter(dest, source.schema, compression="none",
+                          use_dictionary=False, write_statistics=False) as writer:
+        for _, _, batch in source.iter_batches(None, rows):
+            writer.write_batch(batch, row_group_size=rows)
+    return open_pairs(dest)
+
+
 def _parquet_files(folder: Path) -> list[Path]:
     files = []
     for path in sorted(folder.rglob("*.parquet")):

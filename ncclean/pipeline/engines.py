@@ -42,7 +42,8 @@ def shard_rows(shard: InputShard) -> int:
 
 APPLY_ROWS = 65_536
 """Rows per part of a large Parquet shard: it is read, scored and written part by part (whole
-row groups), so a worker holds one part, whatever the shard's size."""
+row groups; a shard with row groups over twice this is first copied in row groups of this
+many), so a worker holds one part, whatever the shard's size."""
 
 
 def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: str) -> dict:
@@ -52,6 +53,7 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
         open_pairs,
         sidecar_path,
         windows,
+        with_row_groups_of,
         write_json,
         write_pair_parts,
     )
@@ -73,7 +75,7 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
         if job.shard.kind != "parquet":  # one shard, held in memory anyway
             path = Path(scratch) / f"{job.shard.stem}.parquet"
             pq.write_table(read_shard(job.shard), path)
-        source = open_pairs(path)
+        source = with_row_groups_of(open_pairs(path), APPLY_ROWS, Path(scratch))
         wanted = _columns(columns, fit.meta["columns"])
         parts = windows(source, APPLY_ROWS)
         captions = _caption_counts(source, wanted) if len(parts) > 1 else None

@@ -110,3 +110,28 @@ def test_a_bad_fit_sample_is_one_line(tmp_path):
         ScaleOptions(fit_sample="most")
     with pytest.raises(BadOptionError, match="--fit-sample"):
         ScaleOptions(fit_sample=1)
+
+
+def test_a_shard_of_one_large_row_group_is_applied_in_parts(tmp_path, monkeypatch):
+    table = one_vector_per_caption(vector_table(600))
+    pq.write_table(table, tmp_path / "in.parquet")  # one row group of 600 rows
+    score(tmp_path / "in.parquet", tmp_path / "whole.parquet", "clip", columns=COLUMNS, seed=1,
+          cache_dir=False, scale=ScaleOptions(fit_sample=200, save_fit=tmp_path / "fit"))
+    monkeypatch.setattr(ncclean.pipeline.engines, "APPLY_ROWS", 100)
+    sizes = []
+    monkeypatch.setattr(ncclean.pipeline.engines, "_apply_part",
+                        spy(ncclean.pipeline.engines._apply_part, sizes))
+    score(tmp_path / "in.parquet", tmp_path / "parts.parquet", columns=COLUMNS,
+          cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))
+    assert sizes == [100] * 6
+    whole = pq.read_table(tmp_path / "whole.parquet")
+    parts = pq.read_table(tmp_path / "parts.parquet")
+    for name in ("id", "caption", "img", "partition", "clean_prob", "pseudo_caption"):
+        assert parts.column(name).equals(whole.column(name)), name
+
+
+def spy(function, sizes):
+    def wrapped(fit, part, *args, **kwargs):
+        sizes.append(part.n_rows)
+        return function(fit, part, *args, **kwargs)
+    return wrapped
