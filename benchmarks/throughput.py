@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from speed import matmul_gflops  # the ceiling, measured as speed.py measures it
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # measure the checkout this script lives in
@@ -102,20 +103,6 @@ def image_corpus(n_images: int, seed: int = 0):
     config = MatcherConfig(vocab=build_vocabulary(corpus.captions).tokens)
     features = build_features(corpus, config)
     return features, config, truth[features.rows]
-
-
-def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
-    """fp32 GFLOP/s of a square matmul with torch's current thread count (best of ``repeats``)."""
-    import torch
-
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    best = math.inf
-    for _ in range(repeats):
-        began = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - began)
-    return 2 * size**3 / best / 1e9
 
 
 def history_of(report: dict) -> list[dict]:
