@@ -113,15 +113,15 @@ def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> No
                                table.take(pa.array(order[start:start + BATCH_ROWS])))
 
 
-def _pieces(shard: InputShard):
-    """The rows of ``shard`` as tables: a Parquet shard row group by row group (memory holds
-    one), any other whole."""
+def _pieces(shard: InputShard, rows: int = 65_536):
+    """The rows of ``shard`` as tables: a Parquet shard ``rows`` at a time (memory holds one
+    piece, whatever its row groups), any other whole."""
     if shard.kind != "parquet":
         yield read_shard(shard)
         return
     with pq.ParquetFile(shard.path, pre_buffer=False) as reader:
-        for group in range(reader.num_row_groups):
-            yield reader.read_row_group(group)
+        for batch in reader.iter_batches(batch_size=rows):
+            yield pa.Table.from_batches([batch])
 
 
 def held_out_size(n: int) -> int:
