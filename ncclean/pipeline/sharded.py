@@ -113,14 +113,16 @@ def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> No
                                table.take(pa.array(order[start:start + BATCH_ROWS])))
 
 
-def _pieces(shard: InputShard, rows: int = 65_536):
-    """The rows of ``shard`` as tables: a Parquet shard ``rows`` at a time (memory holds one
-    piece, whatever its row groups), any other whole."""
+def _pieces(shard: InputShard):
+    """The rows of ``shard`` as tables: a Parquet shard an application part's rows at a time
+    (memory holds one piece, whatever its row groups), any other whole."""
+    from ncclean.pipeline.engines import APPLY_ROWS
+
     if shard.kind != "parquet":
         yield read_shard(shard)
         return
     with pq.ParquetFile(shard.path, pre_buffer=False) as reader:
-        for batch in reader.iter_batches(batch_size=rows):
+        for batch in reader.iter_batches(batch_size=APPLY_ROWS):
             yield pa.Table.from_batches([batch])
 
 
