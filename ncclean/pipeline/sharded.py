@@ -116,14 +116,14 @@ def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> No
 def _pieces(shard: InputShard):
     """The rows of ``shard`` as tables: a Parquet shard an application part's rows at a time
     (memory holds one piece, whatever its row groups), any other whole."""
+    from ncclean.data.parquet import open_pairs
     from ncclean.pipeline.engines import APPLY_ROWS
 
     if shard.kind != "parquet":
         yield read_shard(shard)
         return
-    with pq.ParquetFile(shard.path, pre_buffer=False) as reader:
-        for batch in reader.iter_batches(batch_size=APPLY_ROWS):
-            yield pa.Table.from_batches([batch])
+    for _, _, batch in open_pairs(shard.path).iter_batches(None, APPLY_ROWS):
+        yield pa.Table.from_batches([batch])
 
 
 def held_out_size(n: int) -> int:
