@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ncclean.data.schema import Columns
@@ -42,8 +43,8 @@ def shard_rows(shard: InputShard) -> int:
 
 APPLY_ROWS = 65_536
 """Rows per part of a large Parquet shard: it is read, scored and written part by part (whole
-row groups; a shard with row groups over twice this is first copied in row groups of this
-many), so a worker holds one part, whatever the shard's size."""
+row groups; a shard with row groups over twice this is first copied in smaller row groups),
+so a worker holds one part, whatever the shard's size."""
 
 
 def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: str) -> dict:
@@ -83,6 +84,7 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
                   for part in parts)
         write_pair_parts(source, job.out, scored,
                          metadata=completion_metadata(fit.hash, n_rows) if job.mark else None)
+    pa.default_memory_pool().release_unused()  # else the next shard starts above this one's peak
     report |= totals
     if not job.mark:  # a single output file gets its own sidecar, as one pass writes
         write_json(sidecar_path(job.out), {"fit": fit.hash, "n_rows": totals["n_rows"],

@@ -114,15 +114,15 @@ def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> No
 
 
 def _pieces(shard: InputShard):
-    """The rows of ``shard`` as tables: a Parquet shard an application part's rows at a time
-    (memory holds one piece, whatever its row groups), any other whole."""
-    from ncclean.data.parquet import open_pairs
-    from ncclean.pipeline.engines import APPLY_ROWS
+    """The rows of ``shard`` as tables: a Parquet shard :data:`~ncclean.data.parquet.BATCH_ROWS`
+    rows at a time (Parquet's reader holds several times the batch it decodes, whatever the row
+    groups), any other whole."""
+    from ncclean.data.parquet import BATCH_ROWS, open_pairs
 
     if shard.kind != "parquet":
         yield read_shard(shard)
         return
-    for _, _, batch in open_pairs(shard.path).iter_batches(None, APPLY_ROWS):
+    for _, _, batch in open_pairs(shard.path).iter_batches(None, BATCH_ROWS):
         yield pa.Table.from_batches([batch])
 
 
