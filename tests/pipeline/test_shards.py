@@ -48,6 +48,18 @@ def test_the_sample_is_the_smallest_keys_whatever_the_order():
     assert np.array_equal(forward, np.sort(keys)[:100])
 
 
+def test_sample_membership_is_a_search_of_the_sorted_sample():
+    from ncclean.pipeline.sharded import _members
+
+    rng = np.random.default_rng(0)
+    wanted = np.unique(rng.integers(0, 2**63, 1000, dtype=np.uint64))
+    keys = np.concatenate([wanted[::3], rng.integers(0, 2**63, 500, dtype=np.uint64),
+                           np.array([0, 2**64 - 1], dtype=np.uint64)])
+    assert (_members(keys, wanted) == np.isin(keys, wanted)).all()
+    assert _members(keys, wanted).sum() == len(wanted[::3])
+    assert not _members(keys, wanted[:0]).any()
+
+
 def test_an_output_is_complete_only_with_its_fit_and_row_count(tmp_path):
     path = tmp_path / "o.parquet"
     assert not output_complete(path, "abc", 3)
