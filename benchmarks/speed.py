@@ -14,6 +14,8 @@ Examples::
     python benchmarks/speed.py --methods clip gmm --sizes 10000 100000
     python benchmarks/speed.py --largest pc2=100000 --largest crcl=100000
     python benchmarks/speed.py --record           # and write benchmarks/results/speed.md
+    python benchmarks/speed.py --methods clip --sizes 1000000 --writes all scores
+                                              # score --write scores beside --write all
 
 Corpora are cached under ``--work`` (default ``/tmp/ncclean-speed``) and reused by later runs.
 """
@@ -99,13 +101,19 @@ def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
     return 2 * size**3 / best / 1e9
 
 
-def io_floor(corpus: Path, scored: Path) -> float:
+#: The columns ``score --write scores`` reads of the corpus (it writes none of them back but
+#: the id).
+SCORES_READ = ["id", "caption", "image_emb", "text_emb"]
+
+
+def io_floor(corpus: Path, scored: Path, write: str = "all") -> float:
     """Seconds pyarrow alone takes to do the I/O ``score`` cannot avoid: read every column of
-    ``corpus`` (``score`` writes them all back) and write the scored table, ncclean's columns
-    included, with pyarrow's defaults; in the same run as the score, so the ratio drifts less
-    than either time."""
+    ``corpus`` (``score`` writes them all back; with ``write="scores"`` only the columns it
+    reads, :data:`SCORES_READ`) and write the scored table (for ``scores``: the id and
+    ncclean's columns), with pyarrow's defaults; in the same run as the score, so the ratio
+    drifts less than either time."""
     began = time.perf_counter()
-    pq.read_table(corpus)
+    pq.read_table(corpus, columns=SCORES_READ if write == "scores" else None)
     read = time.perf_counter() - began
     table = pq.read_table(scored)
     target = scored.with_name(scored.name + ".floor.parquet")
@@ -116,12 +124,26 @@ def io_floor(corpus: Path, scored: Path) -> float:
     return read + write
 
 
-def detection(scored: Path) -> float:
+def floor_in_child(corpus: Path, scored: Path, write: str) -> float:
+    """:func:`io_floor` in a child process. The tables it reads (4 GB for a million pairs) would
+    otherwise raise this process's peak memory, and a child started after that reports it as
+    its own: ``wait4``'s maximum RSS of a child includes its parent's high-water mark at the
+    time it was started (measured: a parent that held and freed 1 GB saw a child running
+    ``pass`` peak at 980 MB)."""
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); from speed import io_floor; "
+            f"print(io_floor(*map(__import__('pathlib').Path, sys.argv[1:3]), sys.argv[3]))")
+    stdout, _, _ = run_child([sys.executable, "-c", code, str(corpus), str(scored), write])
+    return float(stdout)
+
+
+def detection(scored: Path, corpus: Path) -> float:
+    """AUROC of ``clean_prob`` against ``noisy_gt`` (the corpus's: a ``--write scores`` file
+    holds no input column but the id; both keep the corpus's row order)."""
     from ncclean.evaluate.detection import detection_metrics
 
-    table = pq.read_table(scored, columns=["noisy_gt", "clean_prob"])
-    truth = table.column("noisy_gt").to_numpy(zero_copy_only=False)
-    return detection_metrics(truth, table.column("clean_prob").to_numpy()).auroc
+    truth = pq.read_table(corpus, columns=["noisy_gt"]).column(0).to_numpy(zero_copy_only=False)
+    prob = pq.read_table(scored, columns=["clean_prob"]).column(0).to_numpy()
+    return detection_metrics(truth, prob).auroc
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--largest", action="append", default=[], metavar="METHOD=N",
                         help="skip METHOD above N pairs (repeatable)")
     parser.add_argument("--score-args", default="", help="more ncclean score arguments, quoted")
+    parser.add_argument("--writes", nargs="+", default=["all"], choices=["all", "scores"],
+                        help="time score --write in each of these forms, one after the other")
     parser.add_argument("--record", action="store_true", help="write benchmarks/results/speed.md")
     parser.add_argument("--render", type=Path, metavar="LOG",
                         help="only render the table from a previous run's printed output")
@@ -158,21 +182,23 @@ def main(argv: list[str] | None = None) -> None:
             began = time.perf_counter()
             generate(corpus, n, args.seed)
             print(f"generated {corpus} in {time.perf_counter() - began:.0f} s", flush=True)
-        for method in args.methods:
+        for method, write in [(m, w) for m in args.methods for w in args.writes]:
             if n > largest.get(method, n):
                 continue
-            scored = args.work / f"scored-{method}-{n}.parquet"
+            scored = args.work / f"scored-{method}-{n}-{write}.parquet"
             command = [sys.executable, "-m", "ncclean", "score", str(corpus), "-o", str(scored),
                        "--method", method, "--image-emb-col", "image_emb",
                        "--text-emb-col", "text_emb", "--seed", str(args.seed), "--json",
+                       "--write", write,
                        *TRAINED_ON_ALL.get(method, []), *shlex.split(args.score_args)]
             stdout, seconds, peak = run_child(command)
             summary = json.loads(stdout)
             sidecar = json.loads(Path(str(scored) + ".json").read_text())
-            floor = io_floor(corpus, scored)
-            row = {"method": method, "n": n, "seconds": seconds, "peak_mb": peak,
+            floor = floor_in_child(corpus, scored, write)
+            row = {"method": method, "n": n, "write": write, "seconds": seconds,
+                   "peak_mb": peak, "output_bytes": scored.stat().st_size,
                    "io_floor_s": floor, "times_floor": seconds / floor,
-                   "auroc": detection(scored), "phases": summary["seconds"],
+                   "auroc": detection(scored, corpus), "phases": summary["seconds"],
                    "train": training_totals(sidecar)}
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -181,8 +207,32 @@ def main(argv: list[str] | None = None) -> None:
 
     table = render(rows, ceiling, shlex.join(["python", "benchmarks/speed.py", *shown]))
     print(table)
+    if len(args.writes) > 1:
+        print(render_writes(rows))
     if args.record:
         (HERE / "results" / "speed.md").write_text(table)
+
+
+def render_writes(rows: list[dict]) -> str:
+    """``--write scores`` beside ``--write all`` for each method and size measured with both:
+    end to end, floor, peak memory and output bytes, and the ratios scores / all."""
+    lines = ["| method | N | write | end to end | pyarrow floor | times the floor | peak RSS | "
+             "output |", "|---|---|---|---|---|---|---|---|"]
+    ratios = []
+    for method, n in dict.fromkeys((r["method"], r["n"]) for r in rows):
+        pair = {r.get("write", "all"): r for r in rows if (r["method"], r["n"]) == (method, n)}
+        for write, r in pair.items():
+            lines.append(f"| {method} | {n:,} | {write} | {r['seconds']:.1f} s | "
+                         f"{r['io_floor_s']:.1f} s | {r['times_floor']:.2f}x | "
+                         f"{r['peak_mb']:,.0f} MB | {r['output_bytes'] / 1e6:,.1f} MB |")
+        if {"all", "scores"} <= set(pair):
+            a, b = pair["all"], pair["scores"]
+            ratios.append(f"- {method}, {n:,} pairs: scores / all: end to end "
+                          f"{b['seconds'] / a['seconds']:.2f}, floor "
+                          f"{b['io_floor_s'] / a['io_floor_s']:.2f}, peak RSS "
+                          f"{b['peak_mb'] / a['peak_mb']:.2f}, output bytes "
+                          f"{b['output_bytes'] / a['output_bytes']:.3f}")
+    return "\n".join(lines + [""] + ratios) + "\n"
 
 
 def read_log(path: Path) -> tuple[float, list[dict], str]:
@@ -221,8 +271,10 @@ def training_totals(sidecar: dict) -> dict:
 
 
 def exponent(rows: list[dict], method: str) -> str:
-    """The power-law exponent of time in N between the two largest sizes measured."""
-    points = sorted((r["n"], r["seconds"]) for r in rows if r["method"] == method)
+    """The power-law exponent of time in N between the two largest sizes measured (of the
+    ``--write all`` runs)."""
+    points = sorted((r["n"], r["seconds"]) for r in rows
+                    if r["method"] == method and r.get("write", "all") == "all")
     if len(points) < 2:
         return "-"
     (n0, t0), (n1, t1) = points[-2], points[-1]
@@ -256,7 +308,8 @@ def render(rows: list[dict], ceiling: float, command: str) -> str:
         phases = " / ".join(f"{k} {v:.1f}" for k, v in r["phases"].items() if k != "total")
         floor = r.get("io_floor_s")
         lines.append(
-            f"| {r['method']} | {r['n']:,} | {r['seconds']:.1f} s | "
+            f"| {r['method']}{' --write ' + r['write'] if r.get('write', 'all') != 'all' else ''}"
+            f" | {r['n']:,} | {r['seconds']:.1f} s | "
             + (f"{floor:.1f} s | {r['seconds'] / floor:.2f}x" if floor else "- | -")
             + f" | {phases} s | {r['peak_mb']:.0f} MB | {throughput} | {r['auroc']:.3f} |")
     lines += ["", "Growth of end-to-end time with N (power-law exponent):", ""]

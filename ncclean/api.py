@@ -123,7 +123,8 @@ def score(
     (:class:`Cut`: thresholds or a noise rate, ``"auto"`` for the method's estimate; a method
     that draws its own partitions, ``sdd``, keeps them), ``stages`` (:class:`StageOptions`:
     significance and pseudo-captions, :mod:`ncclean.stages.run`) and ``run``
-    (:class:`RunOptions`: seed, device, cache, checkpoints, strictness). The sidecar records each
+    (:class:`RunOptions`: seed, device, cache, checkpoints, strictness, and ``write``: ``all``
+    input columns or only the id and ncclean's ``scores``). The sidecar records each
     group whole under ``options``, beside what they resolved to (``matcher``, ``cut``,
     ``significance``, ``device``).
 
@@ -135,7 +136,7 @@ def score(
     folder of shards (:mod:`ncclean.pipeline.sharded`, ``docs/scaling.md``).
     """
     from ncclean.options import fold_keywords
-    from ncclean.pipeline.score import prepare_output, score_corpus
+    from ncclean.pipeline.score import check_write, prepare_output, score_corpus
 
     groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
                            keywords)
@@ -143,6 +144,7 @@ def score(
     from ncclean.pipeline.sharded import resolve_scale, score_sharded, wants_shards
 
     run = groups["run"]
+    check_write(input, columns, run.write)  # a scores-only output needs an id, asked first
     scale = resolve_scale(input, default_output(input) if output is None else output, method,
                           columns, scale)
     sharded = wants_shards(input, output, scale) if output is not None else scale.asked

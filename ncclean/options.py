@@ -25,6 +25,7 @@ PathLike = str | os.PathLike
 
 FINETUNE = ("heads", "full")
 SIGNIFICANCE = ("specificity", "update", "off")
+WRITES = ("all", "scores")
 
 
 def _at_least(name: str, value: Any, low: int) -> None:
@@ -195,7 +196,9 @@ class RunOptions:
     ``auto``, ``cpu`` or ``cuda``; ``cache_dir``: ``True`` for the default cache, ``None`` or
     ``False`` for none; ``checkpoint_dir`` with ``resume``: save (and continue) the training
     state every epoch; ``strict``: fail on invalid rows; ``max_image_pixels``: larger images are
-    invalid (``None``: 89,478,485); ``save_matcher``: where to save the trained matcher."""
+    invalid (``None``: 89,478,485); ``save_matcher``: where to save the trained matcher;
+    ``write``: what the output holds, ``all`` (every input column, then ncclean's) or ``scores``
+    (the id column, then ncclean's: joinable on the id, :mod:`ncclean.data.results`)."""
 
     seed: int = 0
     device: str = "auto"
@@ -205,9 +208,12 @@ class RunOptions:
     strict: bool = False
     max_image_pixels: int | None = None
     save_matcher: PathLike | None = None
+    write: Literal["all", "scores"] = "all"
 
     def __post_init__(self) -> None:
         _at_least("--seed", self.seed, 0)
+        if self.write not in WRITES:
+            raise BadOptionError(f"--write must be all or scores, got {self.write!r}")
         if self.max_image_pixels is not None:
             _at_least("--max-image-pixels", self.max_image_pixels, 1)
 

@@ -129,6 +129,11 @@ def score(
         help="Fit on every pair up to N and a sample (by id hash) beyond; apply to all. auto: "
         "250,000 for a corpus of vector columns larger than that; all: every pair.",
         rich_help_panel="Scaling")] = "auto",
+    write: Annotated[Literal["all", "scores"], typer.Option(
+        help="What the output holds: every input column, then ncclean's (all); or the id "
+        "column and ncclean's columns only (scores), to join on the id, when rewriting every "
+        "input column is the cost. split, check and split --report read either; retrain needs "
+        "all.", rich_help_panel="Scaling")] = "all",
     save_fit: Annotated[Path | None, typer.Option(
         help="Save the fit (a folder) to apply later with --fit.",
         rich_help_panel="Scaling")] = None,
@@ -200,7 +205,8 @@ def score(
                           pseudo_captions=pseudo_captions)
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
                      checkpoint_dir=checkpoint_dir, resume=resume, strict=strict,
-                     max_image_pixels=max_image_pixels, save_matcher=save_matcher)
+                     max_image_pixels=max_image_pixels, save_matcher=save_matcher,
+                     write=write)
     scale = ScaleOptions(fit_sample=int(fit_sample) if fit_sample.strip().isdigit() else fit_sample,
                          save_fit=save_fit, fit=fit, engine=engine,
                          ray_address=ray_address)

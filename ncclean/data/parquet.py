@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,14 @@ BATCH_ROWS = 8192
 RECORD_KEY = "ncclean"
 """The key of a scoring run's record in a Parquet file's key-value metadata (JSON text); a file
 written from another keeps everything of its metadata but this (it is not that run's output)."""
+WRITE_KEY = b"ncclean.write"
+"""The Parquet metadata key of a file that holds the id and ncclean's columns only (value
+``scores``, ``--write scores``); a file without it holds every input column."""
+
+
+def written(schema: pa.Schema) -> str:
+    """What a file of ``schema`` holds: ``scores`` (:data:`WRITE_KEY`) or ``all``."""
+    return "scores" if (schema.metadata or {}).get(WRITE_KEY) == b"scores" else "all"
 
 
 @dataclass(frozen=True)
@@ -281,6 +289,7 @@ def write_pairs(
     batch_rows: int = BATCH_ROWS,
     computed: tuple[list[pa.Field], Compute] | None = None,
     metadata: Mapping[str, str] | Mapping[bytes, bytes] | None = None,
+    keep: Sequence[str] | None = None,
 ) -> Path:
     """Write every input row and column to ``out`` with ``updates`` applied, atomically.
 
@@ -291,10 +300,12 @@ def write_pairs(
     more columns (their fields) made batch by batch, ``compute(shard, first_row, batch)``
     with the batch of the input's other columns, placed like updates. ``metadata``: key-value
     pairs added to (or replacing those of) the input's schema metadata, in the same file, so
-    they are written, or not, with its rows.
+    they are written, or not, with its rows. ``keep``: only these input columns, in this order,
+    then the updates and computed columns in their order, with ``metadata`` alone (the
+    input's own describes columns the file no longer has); ``None``: every input column.
     """
     return write_pair_parts(source, out, [(source, updates)], batch_rows=batch_rows,
-                            computed=computed, metadata=metadata)
+                            computed=computed, metadata=metadata, keep=keep)
 
 
 def write_pair_parts(
@@ -305,6 +316,7 @@ def write_pair_parts(
     batch_rows: int = BATCH_ROWS,
     computed: tuple[list[pa.Field], Compute] | None = None,
     metadata: Mapping[str, str] | Mapping[bytes, bytes] | None = None,
+    keep: Sequence[str] | None = None,
 ) -> Path:
     """:func:`write_pairs` for ``source`` written part by part: ``parts`` yields each part of
     it (its :func:`windows`, in row order) with that part's updates, lazily, so memory holds one
@@ -316,7 +328,7 @@ def write_pair_parts(
             for part, updates in parts:
                 if writer is None:
                     schema, read_columns = _output_schema(source.schema, updates, computed,
-                                                          metadata)
+                                                          metadata, keep)
                     writer = pq.ParquetWriter(
                         tmp, schema, compression="zstd",
                         use_dictionary=dictionary_columns(schema),
@@ -330,9 +342,12 @@ def write_pair_parts(
 
 
 def _output_schema(input_schema: pa.Schema, updates: Mapping[str, pa.Array | pa.ChunkedArray],
-                   computed, metadata) -> tuple[pa.Schema, list[str]]:
-    """The output's schema (input columns, replaced in place, then the new ones) and the input
-    columns still read."""
+                   computed, metadata, keep: Sequence[str] | None = None
+                   ) -> tuple[pa.Schema, list[str]]:
+    """The output's schema (input columns, or those of ``keep``, replaced in place, then the new
+    ones) and the input columns still read."""
+    if keep is not None:
+        input_schema = pa.schema([input_schema.field(name) for name in keep])
     new_fields = {name: pa.field(name, values.type) for name, values in updates.items()}
     if computed is not None:
         new_fields |= {field.name: field for field in computed[0]}

@@ -9,7 +9,9 @@ Columns added after the input's, in this order (DESIGN.md, "Data contract"):
 - ``invalid_reason``: why a row could not be scored, null for the others;
 - the method's own columns, each prefixed by the method's name (``gmm_loss``, ``pc2_osc_kl``...).
 
-A column of the input with one of these names is replaced (re-scoring a scored file works). The
+A column of the input with one of these names is replaced (re-scoring a scored file works).
+``--write scores`` writes the id column and these columns only, in the same row order, marked in
+the file's metadata (:data:`~ncclean.data.parquet.WRITE_KEY`): a table to join on the id. The
 run record holds what the caller passes (method, parameters, seed, timings, mixture) plus the row
 count and partition counts computed here, so they always agree with the file. It is written into
 the Parquet file's own key-value metadata (key :data:`RECORD_KEY`), in the same write as the rows,
@@ -29,8 +31,16 @@ import numpy as np
 import pyarrow as pa
 
 from ncclean.data.corpus import Corpus
-from ncclean.data.parquet import RECORD_KEY, json_text, sidecar_path, write_json, write_pairs
+from ncclean.data.parquet import (
+    RECORD_KEY,
+    WRITE_KEY,
+    json_text,
+    sidecar_path,
+    write_json,
+    write_pairs,
+)
 from ncclean.data.schema import INVALID_REASON
+from ncclean.errors import BadOptionError
 
 CLEAN_SIGNIFICANT = "clean_significant"
 CLEAN_INSIGNIFICANT = "clean_insignificant"
@@ -153,6 +163,20 @@ def result_columns(corpus: Corpus, results: PairResults) -> dict[str, pa.Array]:
     return columns
 
 
+def scores_only(id_name: str | None, write: str, metadata: Mapping[bytes, bytes]) -> dict:
+    """The keywords of :func:`ncclean.data.parquet.write_pairs` for ``write``: ``all``, every
+    input column and ``metadata``; ``scores``, the id column ``id_name`` alone before the
+    contract's columns and ``metadata`` marked :data:`~ncclean.data.parquet.WRITE_KEY`, so that
+    readers and a resumed run know the file holds no other input column. Raises
+    :class:`BadOptionError` for ``scores`` without an id column (nothing to join on)."""
+    if write != "scores":
+        return {"metadata": metadata}
+    if id_name is None:
+        raise BadOptionError("--write scores needs an id column to join on (name it with "
+                             "--id-col), or use --write all")
+    return {"keep": [id_name], "metadata": {**metadata, WRITE_KEY: b"scores"}}
+
+
 def partition_counts(partition: pa.Array | np.ndarray) -> dict[str, int]:
     """Rows per partition, every partition listed (zeros included), in contract order."""
     values = partition.to_pylist() if isinstance(partition, pa.Array) else list(partition)
@@ -175,12 +199,13 @@ def stable_record(record: Mapping) -> dict:
 
 
 def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResults,
-                  sidecar: Mapping) -> Path:
+                  sidecar: Mapping, write: str = "all") -> Path:
     """Write ``corpus`` with ``results`` to ``output``, the run record (``sidecar`` plus the
     counts, :func:`stable_record`) in its metadata, in one atomic write; then the record's JSON
     copy beside it, timings included. When
     the copy cannot be written, no copy stays (an older run's would disagree) and the error is
-    raised.
+    raised. ``write="scores"``: the id column and the contract's columns only
+    (:func:`scores_only`).
 
     Returns the output path. Every input row appears exactly once, in input order.
     """
@@ -191,8 +216,9 @@ def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResult
         "partition_counts": partition_counts(columns["partition"]),
         "invalid_counts": corpus.invalid_counts(),
     }
+    metadata = {RECORD_KEY.encode(): json_text(stable_record(record), indent=None).encode()}
     out = write_pairs(corpus.source, output, columns,
-                      metadata={RECORD_KEY: json_text(stable_record(record), indent=None)})
+                      **scores_only(corpus.columns.id, write, metadata))
     copy = sidecar_path(out)
     try:
         write_json(copy, record)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ncclean.data.parquet import PairSource, open_pairs, sidecar_path
+from ncclean.data.parquet import PairSource, open_pairs, sidecar_path, written
 from ncclean.data.results import INVALID, PARTITIONS, RECORD_KEY, stable_record
 from ncclean.data.schema import NOISY_GT
 from ncclean.errors import SchemaError
@@ -54,6 +54,20 @@ class Scored:
     @property
     def valid(self) -> np.ndarray:
         return self.partition != PARTITIONS.index(INVALID)
+
+    @property
+    def scores_only(self) -> bool:
+        """Whether the file holds the id and ncclean's columns only (``score --write scores``),
+        none of the corpus's captions, images or vectors."""
+        return written(self.source.schema) == "scores"
+
+    def require_corpus(self, command: str) -> None:
+        """:class:`SchemaError` when the file is :attr:`scores_only`: ``command`` needs the
+        corpus's own columns."""
+        if self.scores_only:
+            raise SchemaError(f"{self.source.path} holds ncclean's columns only (score --write "
+                              f"scores); {command} needs the corpus's columns: score with "
+                              "--write all")
 
 
 def open_scored(path: str | Path) -> Scored:

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ncclean.data.parquet import written
 from ncclean.errors import EmptyInputError, InputNotFoundError
 
 FIT_HASH_KEY = b"ncclean.fit_hash"
@@ -135,9 +136,10 @@ def smallest_keys(keys: np.ndarray, n: int, kept: np.ndarray | None = None) -> n
     return merged[:n]
 
 
-def output_complete(path: Path, fit_hash: str, n_rows: int) -> bool:
+def output_complete(path: Path, fit_hash: str, n_rows: int, write: str = "all") -> bool:
     """Whether ``path`` is a finished output shard of the fit ``fit_hash`` with ``n_rows`` rows
-    (both recorded in its Parquet metadata when it was written, and the file holds that many)."""
+    (both recorded in its Parquet metadata when it was written, and the file holds that many),
+    written as ``write`` asks (``all`` or ``scores``: :func:`ncclean.data.parquet.written`)."""
     if not path.exists():
         return False
     try:
@@ -146,7 +148,8 @@ def output_complete(path: Path, fit_hash: str, n_rows: int) -> bool:
         return False
     meta = parquet.schema_arrow.metadata or {}
     return meta.get(FIT_HASH_KEY) == fit_hash.encode() and \
-        meta.get(N_ROWS_KEY) == str(n_rows).encode() and parquet.metadata.num_rows == n_rows
+        meta.get(N_ROWS_KEY) == str(n_rows).encode() and parquet.metadata.num_rows == n_rows \
+        and written(parquet.schema_arrow) == write
 
 
 def completion_metadata(fit_hash: str, n_rows: int) -> dict[bytes, bytes]:

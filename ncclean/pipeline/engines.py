@@ -48,8 +48,9 @@ so a worker holds one part, whatever the shard's size."""
 
 
 def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: str) -> dict:
-    """Score ``job.shard`` with ``fit`` and write ``job.out`` (skipped when already complete);
-    a report: stem, rows, partition counts, pseudo-captions, whether it was skipped."""
+    """Score ``job.shard`` with ``fit`` and write ``job.out`` (skipped when already complete,
+    and written in ``run.write``'s form: a shard written in the other is redone); a report:
+    stem, rows, partition counts, pseudo-captions, whether it was skipped."""
     from ncclean.data.parquet import (
         open_pairs,
         sidecar_path,
@@ -58,11 +59,12 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
         write_json,
         write_pair_parts,
     )
-    from ncclean.data.results import PARTITIONS, partition_counts
+    from ncclean.data.results import PARTITIONS, partition_counts, scores_only
+    from ncclean.data.schema import resolve_columns
 
     report = {"stem": job.shard.stem, "output": str(job.out)}
     n_rows = shard_rows(job.shard)
-    if job.mark and output_complete(job.out, fit.hash, n_rows):
+    if job.mark and output_complete(job.out, fit.hash, n_rows, run.write):
         done = pq.read_table(job.out, columns=["partition", "pseudo_caption"])
         return report | {"n_rows": n_rows, "skipped": True,
                          "partition_counts": partition_counts(done.column(0).combine_chunks()),
@@ -82,8 +84,9 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
         captions = _caption_counts(source, wanted) if len(parts) > 1 else None
         scored = (_apply_part(fit, part, wanted, captions, job, run, device, totals)
                   for part in parts)
-        write_pair_parts(source, job.out, scored,
-                         metadata=completion_metadata(fit.hash, n_rows) if job.mark else None)
+        marks = completion_metadata(fit.hash, n_rows) if job.mark else {}
+        write_pair_parts(source, job.out, scored, **scores_only(
+            resolve_columns(wanted, source.schema).id, run.write, marks))
     pa.default_memory_pool().release_unused()  # else the next shard starts above this one's peak
     report |= totals
     if not job.mark:  # a single output file gets its own sidecar, as one pass writes
@@ -106,7 +109,7 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
                               cache_dir=None, device=device)
     applied = apply_to_corpus(fit, corpus, features, device, shard_captions=captions)
     updates = applied.columns
-    if job.shard.kind == "webdataset":  # images referenced (image_ref), not copied
+    if job.shard.kind == "webdataset" and run.write == "all":  # images referenced, not copied
         from ncclean.data.webdataset import IMAGE_BYTES
 
         updates = updates | {IMAGE_BYTES: _nulls(corpus.n_pairs)}

@@ -127,6 +127,7 @@ def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str | None,
 
     cache = cache_path(cache_dir)
     scored = open_scored(input)
+    scored.require_corpus("retrain")  # it trains on the scored file's captions and images
     if keep is None:
         from ncclean.options import preset_keep
 

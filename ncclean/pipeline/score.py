@@ -101,6 +101,28 @@ def prepare_output(input: PathLike, output: PathLike | None) -> Path:
     return check_output_path(output, source)
 
 
+def check_write(input: PathLike, columns, write: str) -> None:
+    """``--write scores`` needs an id column to join on: :class:`BadOptionError` when the input
+    (its first shard) has none (``--id-col``, else ``id``), before any work. A webdataset's keys
+    are its ids."""
+    if write != "scores":
+        return
+    from ncclean.data.shards import list_shards, read_shard
+    from ncclean.errors import BadOptionError
+
+    first = list_shards(input)[0]
+    if first.kind == "webdataset":
+        return
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(first.path).names if first.kind == "parquet" \
+        else read_shard(first).schema.names
+    name = columns.id or "id"
+    if name not in names:
+        raise BadOptionError(f"--write scores needs an id column to join on ({name!r} is not in "
+                             f"{first.path}; name it with --id-col), or use --write all")
+
+
 def decoded_size(config) -> int | None:
     """The side images are decoded to for ``config``'s image tower, ``None`` when it reads no
     pixels (the tower registry's :func:`ncclean.models.resolve.pixel_size`)."""
@@ -220,20 +242,23 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
         | {"vocab_size": len(config.vocab) if config.vocab else None,
            "loaded_from": str(matcher.load_matcher) if matcher.load_matcher else None},
         "cut": resolved.record(cut, by_method=result.partition is not None),
-        "significance": significance_mode(stages, result),
+        "significance": significance_mode(stages, result), "write": run.write,
         "options": options_record(columns=columns, matcher=matcher, cut=cut, stages=stages,
                                   run=run),
     }
     summary = write_scored(corpus, features, out, result, clean_prob, parts, added, seconds,
-                           began, sidecar, run.save_matcher)
+                           began, sidecar, run.save_matcher, run.write)
     summary.warnings.extend(warnings)
     return summary
 
 
 def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages, seconds: dict,
-                 began: float, sidecar: dict, save_matcher: PathLike | None) -> ScoreSummary:
+                 began: float, sidecar: dict, save_matcher: PathLike | None,
+                 write: str = "all") -> ScoreSummary:
     """Place the scored pairs back at their input rows, measure detection against ``noisy_gt``
-    when the input has it, write the output and its sidecar, save the matcher; the summary."""
+    when the input has it, write the output (``write``: ``all`` or ``scores``,
+    :func:`ncclean.data.results.write_results`) and its sidecar, save the matcher; the
+    summary."""
     import numpy as np
 
     from ncclean.data.results import NOISY, PairResults, partition_counts, write_results
@@ -261,7 +286,7 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         "report": result.report,
         "seconds": seconds,
         "versions": versions("torch", "numpy", "pyarrow", "scikit-learn"),
-    })
+    }, write)
     if save_matcher is not None and result.matcher is not None:
         save_checkpoint(save_matcher, result.matcher, {"method": sidecar["method"],
                                                        "seed": sidecar["seed"],

@@ -100,6 +100,10 @@ def html_report(scored: Scored, *, image_col: str = "image", caption_col: str = 
         parts.append("<h2>Per-pair loss and the fitted mixture</h2>" + mixture)
     if scored.noisy_gt is not None:
         parts.append("<h2>Against the injected noise (noisy_gt)</h2>" + _truth_section(scored))
+    if scored.scores_only:  # score --write scores: no captions or images to show
+        parts.append("<p>This file holds ncclean's columns only (score --write "
+                     "scores): the pairs below show ids and scores, not captions or images; "
+                     "score with --write all to see them.</p>")
     parts.append(_galleries(scored, image_col, caption_col, per_partition, thumb_size, seed))
     parts.append("</body></html>")
     return "\n".join(parts)
