@@ -62,7 +62,10 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     meta_extra: dict = {}
     candidates = np.isin(parts, list(CLEAN))
     if significance_mode == "specificity" and stages.significance is not None:
-        size = min(SIGNIFICANCE_BANK, reference_cap(int(candidates.sum())))  # as one pass
+        # as one pass: the budget is shared by the clean pairs of the corpus the fit applies to
+        clean = int(candidates.sum())
+        size = min(SIGNIFICANCE_BANK, reference_cap(
+            clean if n_corpus is None else clean * n_corpus // max(1, n)))
         pool = confident_pool(clean_prob, candidates, SIGNIFICANCE_THRESHOLD, size, seed)
         groups = np.unique(features.image_group[pool])
         arrays["pool.images"] = embeddings.images[groups].astype(np.float32)

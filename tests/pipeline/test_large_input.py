@@ -135,3 +135,27 @@ def spy(function, sizes):
         sizes.append(part.n_rows)
         return function(fit, part, *args, **kwargs)
     return wrapped
+
+
+def test_a_sampled_fit_sizes_its_significance_pool_for_the_whole_corpus(tmp_path, monkeypatch):
+    import ncclean.stages
+    from ncclean.data.results import CLEAN_INSIGNIFICANT, CLEAN_SIGNIFICANT, PARTITIONS
+    from ncclean.pipeline.fit import load_fit
+
+    pq.write_table(vector_table(400), tmp_path / "in.parquet")
+    monkeypatch.setattr(ncclean.stages, "MIN_REFERENCES", 1)
+    monkeypatch.setattr(ncclean.stages, "SEARCH_BUDGET", 4_000)
+    sizes = {}
+    for name, n in (("sample", 150), ("all-of-it", 400)):
+        score(tmp_path / "in.parquet", tmp_path / f"{name}.parquet", "clip", columns=COLUMNS,
+              seed=1, cache_dir=False, scale=ScaleOptions(fit_sample=n,
+                                                          save_fit=tmp_path / f"fit-{name}"))
+        fit = load_fit(tmp_path / f"fit-{name}")
+        codes = [PARTITIONS.index(CLEAN_SIGNIFICANT), PARTITIONS.index(CLEAN_INSIGNIFICANT)]
+        clean = int(np.isin(fit.arrays["sample.partition"], codes).sum())
+        sizes[name] = (len(fit.arrays["pool.images"]), clean)
+    pool, clean = sizes["sample"]
+    # the budget is shared by the corpus's clean pairs (about 400/150 of the sample's), as in
+    # the one pass over all 400, not by the sample's alone
+    assert pool <= 4_000 // (clean * 400 // 150) < 4_000 // clean
+    assert abs(pool - sizes["all-of-it"][0]) <= 2
