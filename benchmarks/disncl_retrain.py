@@ -1,0 +1,115 @@
+"""Retrain on each method's own ``clean_significant`` selection, and evaluate its own matcher.
+
+Issue 39's retrain bar, in one command, on the retrain split with both towers' pretrained vectors
+(``benchmarks/retrain_corpus.py WORK --towers pretrained --noise 0.5``)::
+
+    python benchmarks/disncl_retrain.py WORK --run
+
+scores ``WORK/noisy-0.5.parquet`` once per method (seed 0, ``--save-matcher``), then per retrain
+seed runs ``ncclean retrain M.parquet --test WORK/test.parquet --keep significant --seed S --steps
+3200 --eval-every 100 --baseline --matcher M.safetensors --json``, one child at a time, skipping
+outputs already there (``WORK/retrain-M-S.json``). Without ``--run`` it only summarises: per
+method and seed the share of the gap between the ``noisy`` and ``oracle`` arms that the
+``cleaned`` arm recovers on the mean strict rSum over steps (2,400, 3,200] (as
+``retrain_curves.py``), and the saved matcher's strict rSum with its share of the same gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from retrain_curves import window_mean  # noqa: E402
+
+METHODS = ("disncl", "gmm", "crcl")
+
+
+def _run(command: list[str], out: Path) -> None:
+    print("+", " ".join(command), ">", out.name, flush=True)
+    began = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": os.environ.get(
+                                "OMP_NUM_THREADS", "1")})
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)}: exit {result.returncode}\n{result.stderr}")
+    out.write_text(result.stdout)
+    print(f"  {time.perf_counter() - began:.0f} s", flush=True)
+
+
+def run(work: Path, methods: list[str], seeds: list[int], noise: str) -> None:
+    """Score once per method, retrain once per seed; outputs already there are kept."""
+    ncclean = [sys.executable, "-m", "ncclean"]
+    for method in methods:
+        scored, saved = work / f"{method}.parquet", work / f"{method}.safetensors"
+        if not (work / f"score-{method}.json").exists():
+            _run(ncclean + ["score", str(work / f"noisy-{noise}.parquet"), "-o", str(scored),
+                            "--method", method, "--image-emb-col", "image_emb",
+                            "--text-emb-col", "text_emb", "--seed", "0",
+                            "--save-matcher", str(saved), "--json"],
+                 work / f"score-{method}.json")
+        for seed in seeds:
+            out = work / f"retrain-{method}-{seed}.json"
+            if not out.exists():
+                _run(ncclean + ["retrain", str(scored), "--test", str(work / "test.parquet"),
+                                "--keep", "significant", "--seed", str(seed), "--steps", "3200",
+                                "--eval-every", "100", "--baseline", "--matcher", str(saved),
+                                "--json"], out)
+
+
+def summarise(work: Path, methods: list[str], seeds: list[int], low: int, high: int) -> None:
+    """Print the results page's table (Markdown) from ``WORK/retrain-M-S.json``."""
+    print("| method | selection (pairs) | seeds | cleaned gap share per seed | mean | matcher "
+          "strict rSum | matcher gap share per seed | mean |")
+    print("|---" * 8 + "|")
+    for method in methods:
+        shares, matcher_shares, rsum, selected = [], [], None, None
+        for seed in seeds:
+            path = work / f"retrain-{method}-{seed}.json"
+            if not path.exists():
+                continue
+            arms = json.loads(path.read_text())["arms"]
+            mean = {arm: window_mean([(p["step"], p["rsum"]) for p in arms[arm]["curve"]],
+                                     low, high) for arm in ("cleaned", "noisy", "oracle")}
+            gap = mean["oracle"] - mean["noisy"]
+            shares.append((seed, (mean["cleaned"] - mean["noisy"]) / gap))
+            selected = arms["cleaned"]["n_pairs"]
+            if "matcher" in arms:
+                rsum = arms["matcher"]["strict"]["rsum"]
+                matcher_shares.append((seed, (rsum - mean["noisy"]) / gap))
+        if not shares:
+            continue
+
+        def cells(values: list[tuple[int, float]]) -> tuple[str, str]:
+            if not values:
+                return "-", "-"
+            per = ", ".join(f"{share:.0%} (seed {seed})" for seed, share in values)
+            return per, f"**{sum(v for _, v in values) / len(values):.0%}**"
+
+        print(f"| {method} | {selected} | {len(shares)} | {' | '.join(cells(shares))} | "
+              f"{'-' if rsum is None else f'{rsum:.1f}'} | {' | '.join(cells(matcher_shares))} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("work", type=Path, help="the retrain split's folder")
+    parser.add_argument("--run", action="store_true", help="score and retrain what is missing")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--noise", default="0.5")
+    parser.add_argument("--window", type=int, nargs=2, default=[2400, 3200])
+    args = parser.parse_args(argv)
+    if args.run:
+        run(args.work, args.methods, args.seeds, args.noise)
+    summarise(args.work, args.methods, args.seeds, *args.window)
+
+
+if __name__ == "__main__":
+    main()
