@@ -64,18 +64,31 @@ def run(work: Path, methods: list[str], seeds: list[int], noise: str) -> None:
                                 "--json"], out)
 
 
+def noise_share(scored: Path) -> str:
+    """The share of injected (``noisy_gt``) pairs in ``clean_significant``."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(scored, columns=["partition", "noisy_gt"]).to_pydict()
+    chosen = [gt for part, gt in zip(table["partition"], table["noisy_gt"])
+              if part == "clean_significant"]
+    return f"{sum(chosen) / len(chosen):.1%}" if chosen else "-"
+
+
 def summarise(work: Path, methods: list[str], seeds: list[int], low: int, high: int) -> None:
     """Print the results page's table (Markdown) from ``WORK/retrain-M-S.json``."""
-    print("| method | selection (pairs) | seeds | cleaned gap share per seed | mean | matcher "
-          "strict rSum | matcher gap share per seed | mean |")
-    print("|---" * 8 + "|")
+    print("| method | AUROC | selection (pairs, noise in it) | seeds | cleaned gap share per "
+          "seed | mean | matcher strict rSum | matcher gap share per seed | mean |")
+    print("|---" * 9 + "|")
     for method in methods:
         shares, matcher_shares, rsum, selected = [], [], None, None
+        auroc = json.loads((work / f"score-{method}.json").read_text())["detection"]["auroc"]
+        auroc = f"{auroc:.4f}"
         for seed in seeds:
             path = work / f"retrain-{method}-{seed}.json"
-            if not path.exists():
+            try:
+                arms = json.loads(path.read_text())["arms"]
+            except (OSError, json.JSONDecodeError):  # not run yet, or still running
                 continue
-            arms = json.loads(path.read_text())["arms"]
             mean = {arm: window_mean([(p["step"], p["rsum"]) for p in arms[arm]["curve"]],
                                      low, high) for arm in ("cleaned", "noisy", "oracle")}
             gap = mean["oracle"] - mean["noisy"]
@@ -93,7 +106,8 @@ def summarise(work: Path, methods: list[str], seeds: list[int], low: int, high: 
             per = ", ".join(f"{share:.0%} (seed {seed})" for seed, share in values)
             return per, f"**{sum(v for _, v in values) / len(values):.0%}**"
 
-        print(f"| {method} | {selected} | {len(shares)} | {' | '.join(cells(shares))} | "
+        print(f"| {method} | {auroc} | {selected} ({noise_share(work / f'{method}.parquet')}) | "
+              f"{len(shares)} | {' | '.join(cells(shares))} | "
               f"{'-' if rsum is None else f'{rsum:.1f}'} | {' | '.join(cells(matcher_shares))} |")
 
 
