@@ -99,9 +99,11 @@ def save_matcher(path: str | os.PathLike, matcher: Matcher | Ensemble,
     return path
 
 
-def load_matcher(path: str | os.PathLike, device: str = "cpu") -> Ensemble:
+def load_matcher(path: str | os.PathLike, device: str = "cpu", *,
+                 plain: bool = False) -> Ensemble:
     """Load a checkpoint written by :func:`save_matcher` as an :class:`Ensemble` (eval mode) of
-    plain matchers, or of the wrappers the checkpoint names (their ``encode_*`` as saved)."""
+    plain matchers, or of the wrappers the checkpoint names (their ``encode_*`` as saved).
+    ``plain``: refuse a checkpoint of wrappers (a method starts from plain matchers only)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -122,6 +124,9 @@ def load_matcher(path: str | os.PathLike, device: str = "cpu") -> Ensemble:
     wrapper = meta.get("wrapper") if meta["format"] == WRAPPED_FORMAT else None
     if meta["format"] == WRAPPED_FORMAT and not isinstance(wrapper, dict):
         raise CheckpointError(f"{path}: format {WRAPPED_FORMAT!r} without its wrapper")
+    if plain and wrapper is not None:
+        raise CheckpointError(f"{path} holds a {wrapper.get('name')!r} matcher (heads around a "
+                              "plain one); a method can start from a plain matcher only")
     config = MatcherConfig.from_dict(meta["config"])
     members = []
     for k in range(int(meta["members"])):

@@ -126,3 +126,19 @@ def test_what_a_checkpoint_cannot_hold_or_rebuild(tmp_path):
         json.dumps({k: v for k, v in dict(meta, format=FORMAT).items() if k != "wrapper"}))
     with pytest.raises(CheckpointError, match="do not fit"):
         load_matcher(tmp_path / "p.safetensors")
+
+
+def test_a_method_cannot_start_from_a_wrapped_matcher(trained, tmp_path, capsys):
+    from ncclean import api
+    from ncclean.cli import main
+
+    matcher, _ = trained
+    path = save_matcher(tmp_path / "d.safetensors", matcher)
+    with pytest.raises(CheckpointError, match="'disentangled' matcher"):
+        load_matcher(path, plain=True)
+    api.synth(tmp_path / "c.parquet", n_images=8, captions_per_image=2, seed=0)
+    code = main(["score", str(tmp_path / "c.parquet"), "-o", str(tmp_path / "s.parquet"),
+                 "--method", "gmm", "--load-matcher", str(path), "--no-cache"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "plain matcher only" in err
+    assert not (tmp_path / "s.parquet").exists()
