@@ -12,6 +12,11 @@ outputs already there (``WORK/retrain-M-S.json``). Without ``--run`` it only sum
 method and seed the share of the gap between the ``noisy`` and ``oracle`` arms that the
 ``cleaned`` arm recovers on the mean strict rSum over steps (2,400, 3,200] (as
 ``retrain_curves.py``), and the saved matcher's strict rSum with its share of the same gap.
+
+The second table varies the scoring seed too (``--pipeline``): seed ``S`` scores into
+``M-sS.parquet`` (seed 0 is ``M.parquet``) and retrains with seed ``S`` without ``--baseline``;
+its gaps use the ``noisy`` and ``oracle`` arms of ``retrain-M-S.json``, which depend on the
+retrain seed only (the same valid pairs and ``noisy_gt`` in every scored file).
 """
 
 from __future__ import annotations
@@ -44,24 +49,41 @@ def _run(command: list[str], out: Path) -> None:
     print(f"  {time.perf_counter() - began:.0f} s", flush=True)
 
 
-def run(work: Path, methods: list[str], seeds: list[int], noise: str) -> None:
-    """Score once per method, retrain once per seed; outputs already there are kept."""
+def _name(method: str, score_seed: int) -> str:
+    return method if score_seed == 0 else f"{method}-s{score_seed}"
+
+
+def _score_and_retrain(work: Path, method: str, score_seed: int, seed: int, noise: str,
+                       baseline: bool) -> Path:
+    """Score with ``score_seed`` (once), retrain with ``seed``; outputs already there are kept.
+    Returns the retrain JSON."""
     ncclean = [sys.executable, "-m", "ncclean"]
+    name = _name(method, score_seed)
+    scored, saved = work / f"{name}.parquet", work / f"{name}.safetensors"
+    if not (work / f"score-{name}.json").exists():
+        _run(ncclean + ["score", str(work / f"noisy-{noise}.parquet"), "-o", str(scored),
+                        "--method", method, "--image-emb-col", "image_emb",
+                        "--text-emb-col", "text_emb", "--seed", str(score_seed),
+                        "--save-matcher", str(saved), "--json"], work / f"score-{name}.json")
+    out = work / (f"retrain-{method}-{seed}.json" if baseline else
+                  f"retrain-{name}-{seed}.json")
+    if not out.exists():
+        _run(ncclean + ["retrain", str(scored), "--test", str(work / "test.parquet"),
+                        "--keep", "significant", "--seed", str(seed), "--steps", "3200",
+                        "--eval-every", "100", "--matcher", str(saved), "--json"]
+             + (["--baseline"] if baseline else []), out)
+    return out
+
+
+def run(work: Path, methods: list[str], seeds: list[int], noise: str, pipeline: bool) -> None:
+    """Score once per method (seed 0), retrain once per seed with the baseline arms; with
+    ``pipeline``, score again with each other seed and retrain that seed's selection."""
     for method in methods:
-        scored, saved = work / f"{method}.parquet", work / f"{method}.safetensors"
-        if not (work / f"score-{method}.json").exists():
-            _run(ncclean + ["score", str(work / f"noisy-{noise}.parquet"), "-o", str(scored),
-                            "--method", method, "--image-emb-col", "image_emb",
-                            "--text-emb-col", "text_emb", "--seed", "0",
-                            "--save-matcher", str(saved), "--json"],
-                 work / f"score-{method}.json")
         for seed in seeds:
-            out = work / f"retrain-{method}-{seed}.json"
-            if not out.exists():
-                _run(ncclean + ["retrain", str(scored), "--test", str(work / "test.parquet"),
-                                "--keep", "significant", "--seed", str(seed), "--steps", "3200",
-                                "--eval-every", "100", "--baseline", "--matcher", str(saved),
-                                "--json"], out)
+            _score_and_retrain(work, method, 0, seed, noise, baseline=True)
+        for seed in (seeds if pipeline else []):
+            if seed != 0:
+                _score_and_retrain(work, method, seed, seed, noise, baseline=False)
 
 
 def noise_share(scored: Path) -> str:
@@ -111,6 +133,55 @@ def summarise(work: Path, methods: list[str], seeds: list[int], low: int, high: 
               f"{'-' if rsum is None else f'{rsum:.1f}'} | {' | '.join(cells(matcher_shares))} |")
 
 
+def _load(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):  # not run yet, or still running
+        return None
+
+
+def summarise_pipeline(work: Path, methods: list[str], seeds: list[int], low: int,
+                       high: int) -> None:
+    """The second table: scoring and retrain seed ``S`` together (``--pipeline``)."""
+    print("| method | seeds | AUROC per seed | selection per seed | gap share per seed | mean | "
+          "matcher rSum per seed | mean | matcher gap share per seed | mean |")
+    print("|---" * 10 + "|")
+
+    def row(values: list[float], form: str) -> list[str]:
+        return [" / ".join(form.format(v) for v in values),
+                f"**{form.format(sum(values) / len(values))}**"]
+
+    for method in methods:
+        cells: dict[str, list[float]] = {k: [] for k in ("auroc", "n", "gap", "rsum", "mgap")}
+        done = []
+        for seed in seeds:
+            name = _name(method, seed)
+            base = _load(work / f"retrain-{method}-{seed}.json")
+            own = base if seed == 0 else _load(work / f"retrain-{name}-{seed}.json")
+            score = _load(work / f"score-{name}.json")
+            if base is None or own is None or score is None:
+                continue
+            mean = {arm: window_mean([(p["step"], p["rsum"]) for p in arms[arm]["curve"]],
+                                     low, high)
+                    for arm, arms in (("cleaned", own["arms"]), ("noisy", base["arms"]),
+                                      ("oracle", base["arms"]))}
+            gap = mean["oracle"] - mean["noisy"]
+            rsum = own["arms"]["matcher"]["strict"]["rsum"]
+            for key, value in (("auroc", score["detection"]["auroc"]),
+                               ("n", own["arms"]["cleaned"]["n_pairs"]),
+                               ("gap", (mean["cleaned"] - mean["noisy"]) / gap),
+                               ("rsum", rsum), ("mgap", (rsum - mean["noisy"]) / gap)):
+                cells[key].append(value)
+            done.append(seed)
+        if not done:
+            continue
+        print(f"| {method} | {', '.join(map(str, done))} | "
+              f"{' / '.join(f'{v:.4f}' for v in cells['auroc'])} | "
+              f"{' / '.join(f'{v:,.0f}' for v in cells['n'])} | "
+              + " | ".join(row(cells["gap"], "{:.0%}") + row(cells["rsum"], "{:.1f}")
+                           + row(cells["mgap"], "{:.0%}")) + " |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("work", type=Path, help="the retrain split's folder")
@@ -119,10 +190,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--noise", default="0.5")
     parser.add_argument("--window", type=int, nargs=2, default=[2400, 3200])
+    parser.add_argument("--pipeline", action="store_true",
+                        help="also score with each seed and retrain that seed's selection")
     args = parser.parse_args(argv)
     if args.run:
-        run(args.work, args.methods, args.seeds, args.noise)
+        run(args.work, args.methods, args.seeds, args.noise, args.pipeline)
     summarise(args.work, args.methods, args.seeds, *args.window)
+    if args.pipeline:
+        print()
+        summarise_pipeline(args.work, args.methods, args.seeds, *args.window)
 
 
 if __name__ == "__main__":
