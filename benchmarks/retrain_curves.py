@@ -26,6 +26,8 @@ def load_curves(paths: list[Path]) -> dict[str, list[tuple[int, float]]]:
         payload = json.loads(path.read_text())
         alone = len(payload["arms"]) == 1
         for arm, result in payload["arms"].items():
+            if arm == "matcher":  # a saved matcher (retrain --matcher), evaluated once: no curve
+                continue
             if "curve" not in result:
                 raise SystemExit(f"{path}: arm {arm} has no curve; run retrain with --eval-every")
             if arm in ("noisy", "oracle"):

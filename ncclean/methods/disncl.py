@@ -112,7 +112,7 @@ class DisentangledMatcher(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.config = backbone.config
-        self.head_dim = head_dim
+        self.head_dim, self.hidden = head_dim, hidden
         d = backbone.embed_dim
         # Unit vectors have coordinates of size 1/sqrt(d): scaled to size 1, the heads' inputs
         # outweigh their biases at initialisation (else every output is nearly the bias).
@@ -137,6 +137,10 @@ class DisentangledMatcher(nn.Module):
 
     def encode_texts(self, *inputs: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.split_texts(*inputs)[1], dim=-1)
+
+    def checkpoint_args(self) -> dict[str, int]:
+        """What :mod:`ncclean.models.checkpoint` rebuilds the heads from, around the backbone."""
+        return {"head_dim": self.head_dim, "hidden": self.hidden}
 
 
 class ExclusiveView(nn.Module):
@@ -344,8 +348,6 @@ class DisNCL(Method):
     name: ClassVar[str] = "disncl"
     summary: ClassVar[str] = ("DisNCL (TIP 2025): mutual-argmax clean set, soft margins and soft "
                               "targets in a learned modality-invariant subspace")
-    #: The checkpoint format holds plain matchers; ``--save-matcher`` is refused before training.
-    saves_matcher: ClassVar[bool] = False
     default_rules: ClassVar[dict[str, str]] = {
         "warmup_epochs": "gmm's step rule", "epochs": "gmm's step rule",
         "head_dim": "half the matcher's width"}

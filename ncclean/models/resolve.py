@@ -61,7 +61,7 @@ def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embe
     has_clip = bool(clip.get("pretrained") or clip.get("checkpoint"))
     initial = None
     if load_matcher is not None:
-        initial = load_checkpoint(load_matcher, device)
+        initial = load_checkpoint(load_matcher, device, plain=True)
         config = initial.config
     else:
         fallback = default_towers()

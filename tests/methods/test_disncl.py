@@ -153,8 +153,14 @@ def test_cli_writes_the_columns_and_the_same_seed_writes_the_same_file(corpus, c
     assert sidecar["detection_vs_noisy_gt"]["auroc"] is not None
 
 
-def test_cli_refuses_to_save_the_matcher_in_one_line(corpus, capsys):
-    code = _score(corpus, corpus / "c.parquet", "--save-matcher", str(corpus / "m.safetensors"))
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "--save-matcher" in err
-    assert not (corpus / "c.parquet").exists()
+def test_cli_saves_the_matcher_and_retrain_evaluates_it(corpus, capsys):
+    saved = corpus / "m.safetensors"
+    assert _score(corpus, corpus / "c.parquet", "--save-matcher", str(saved)) == 0
+    assert json.loads((corpus / "m.safetensors.json").read_text())["wrapper"]["name"] == \
+        "disentangled"
+    capsys.readouterr()
+    assert main(["retrain", str(corpus / "c.parquet"), "--steps", "2", "--eval-every", "0",
+                 "--matcher", str(saved), "--cache-dir", str(corpus / "cache"),
+                 "--json"]) == 0, capsys.readouterr().err
+    arm = json.loads(capsys.readouterr().out)["arms"]["matcher"]
+    assert arm["method"] == "disncl" and 0 <= arm["strict"]["rsum"] <= 600
