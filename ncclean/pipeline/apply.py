@@ -247,9 +247,15 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
 
 def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.ndarray,
                        image_key: np.ndarray) -> np.ndarray:
-    """Specificity of ``local`` against every image of the fit's pool, ``(len(local),)``."""
-    pool = torch.from_numpy(fit.arrays["pool.images"])
+    """Specificity of ``local`` against every image of the fit's pool, ``(len(local),)``.
+
+    The softmax's sum is taken without a running maximum: the vectors are unit, so a logit is
+    at most ``1 / TEMPERATURE`` (50) and ``exp`` of it fits float32 (a pool of 20,000 sums to
+    1e26): one pass over each block's products instead of log-sum-exp's four."""
+    pool = torch.from_numpy(fit.arrays["pool.images"]) / TEMPERATURE
     pool_key = fit.arrays["pool.image_key"]
+    by_key = np.argsort(pool_key, kind="stable")
+    sorted_key = pool_key[by_key]
     k = len(pool_key) + 1
     values = np.empty(len(local))
     for start in range(0, len(local), _BLOCK):
@@ -257,13 +263,25 @@ def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.nda
         groups = features.image_group[block]
         texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
-        others = texts @ pool.T  # in place from here: one matrix per block
-        others.masked_fill_(torch.from_numpy(image_key[groups][:, None] == pool_key[None, :]),
-                            float("-inf"))
+        others = (texts @ pool.T).exp_()  # in place from here: one matrix per block
+        rows, cols = _same_key(image_key[groups], sorted_key, by_key)
+        others[torch.from_numpy(rows), torch.from_numpy(cols)] = 0.0  # the own image's copies
         own = own / TEMPERATURE  # log-softmax of the own image among [own, others]
-        log_p = own - torch.logaddexp(own, torch.logsumexp(others.div_(TEMPERATURE), 1))
+        log_p = own - torch.logaddexp(own, others.sum(1).log_())
         values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
     return values
+
+
+def _same_key(keys: np.ndarray, sorted_key: np.ndarray,
+              by_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, cols)``: every ``(i, j)`` with ``keys[i]`` equal to the pool's key ``j``
+    (``sorted_key`` the pool's keys sorted by the permutation ``by_key``); found by binary
+    search, not a ``len(keys) x pool`` comparison."""
+    low = np.searchsorted(sorted_key, keys, "left")
+    count = np.searchsorted(sorted_key, keys, "right") - low
+    rows = np.repeat(np.arange(len(keys)), count)
+    offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    return rows, by_key[np.repeat(low, count) + offset]
 
 
 def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor: np.ndarray,
