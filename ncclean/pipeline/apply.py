@@ -295,7 +295,9 @@ def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor
     keys = torch.from_numpy(fit.arrays["donors.keys"])
     donor_text = fit.arrays["donors.text_key"]
     own_text = caption_key[local]
-    if over_budget(len(local), len(keys)):  # the fit's donors' index, built once per process
+    # the fit's donors' index, built once per process, when the corpus's noisy pairs (not this
+    # part's) would exceed the search budget, as in one pass over the corpus
+    if over_budget(max(len(local), fit.meta.get("donor_queries", 0)), len(keys)):
         from ncclean.stages.index import best_reference, reference_index
 
         index = reference_index(fit.arrays["donors.keys"])

@@ -75,7 +75,8 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         _, first = np.unique(features.text_group[refs], return_index=True)
         refs = refs[np.sort(first)]
         noisy = int((parts == "noisy").sum())  # the corpus's, when the sample is part of it
-        cap = reference_limit(noisy if n_corpus is None else noisy * n_corpus // max(1, n))
+        queries = noisy if n_corpus is None else noisy * n_corpus // max(1, n)
+        cap = reference_limit(queries)
         if len(refs) > cap:
             refs = np.sort(np.random.default_rng([seed, 67]).choice(refs, cap, replace=False))
         arrays["donors.keys"] = embeddings.texts[features.text_group[refs]].astype(np.float32)
@@ -83,6 +84,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         arrays["donors.entry"] = len(donor_rows) + np.arange(len(refs), dtype=np.int64)
         donor_rows += rows[refs].tolist()
         meta_extra["donor_min_score"] = stages.report["pseudo_captions"]["min_score"]
+        meta_extra["donor_queries"] = queries  # the search's size is the corpus's, not a part's
     put_text(arrays, "donor_caption", [corpus.captions[r] for r in donor_rows])
     put_text(arrays, "donor_id", [str(ids[r]) for r in donor_rows])
 

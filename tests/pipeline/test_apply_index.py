@@ -47,6 +47,27 @@ def test_applying_over_the_budget_builds_each_index_once_and_matches_exact(tmp_p
     assert (parts[0] == parts[1]).mean() > 0.99
 
 
+def test_a_part_under_the_budget_uses_the_index_when_the_corpus_is_over_it(tmp_path,
+                                                                          monkeypatch):
+    from ncclean.pipeline.fit import load_fit
+
+    write_shards(vector_table(600, noise=0.4, seed=3), tmp_path / "in", 4)
+    run(tmp_path / "in", tmp_path / "fitted", fit_sample=200, save_fit=tmp_path / "fit")
+    fit = load_fit(tmp_path / "fit")
+    queries, donors = fit.meta["donor_queries"], len(fit.arrays["donors.keys"])
+    assert queries > 150  # about the corpus's noisy pairs (40% of 600), not a shard's
+    built = []
+    build = index_module.ReferenceIndex
+    monkeypatch.setattr(index_module, "ReferenceIndex",
+                        lambda refs: built.append(refs.shape) or build(refs))
+    # each shard's noisy pairs (about a quarter) are within the budget; the corpus's are not
+    monkeypatch.setattr(index_module, "SEARCH_BUDGET", queries * donors - 1)
+    index_module._CACHE.clear()
+    run(tmp_path / "in", tmp_path / "indexed", fit=tmp_path / "fit")
+    index_module._CACHE.clear()
+    assert len(built) == 1
+
+
 def test_the_own_image_is_found_among_pool_keys_with_duplicates():
     from ncclean.pipeline.apply import _same_key
 
