@@ -247,12 +247,12 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
 
 def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.ndarray,
                        image_key: np.ndarray) -> np.ndarray:
-    """Specificity of ``local`` against every image of the fit's pool, ``(len(local),)``.
+    """Specificity of ``local`` against every image of the fit's pool, ``(len(local),)``: as
+    one pass (:func:`~ncclean.stages.significance.own_log_softmax`), the own image's copies
+    in the pool found by key."""
+    from ncclean.stages.significance import own_log_softmax
 
-    The softmax's sum is taken without a running maximum: the vectors are unit, so a logit is
-    at most ``1 / TEMPERATURE`` (50) and ``exp`` of it fits float32 (a pool of 20,000 sums to
-    1e26): one pass over each block's products instead of log-sum-exp's four."""
-    pool = torch.from_numpy(fit.arrays["pool.images"]) / TEMPERATURE
+    pool = torch.from_numpy(fit.arrays["pool.images"])
     pool_key = fit.arrays["pool.image_key"]
     by_key = np.argsort(pool_key, kind="stable")
     sorted_key = pool_key[by_key]
@@ -263,11 +263,8 @@ def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.nda
         groups = features.image_group[block]
         texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
-        others = (texts @ pool.T).exp_()  # in place from here: one matrix per block
         rows, cols = _same_key(image_key[groups], sorted_key, by_key)
-        others[torch.from_numpy(rows), torch.from_numpy(cols)] = 0.0  # the own image's copies
-        own = own / TEMPERATURE  # log-softmax of the own image among [own, others]
-        log_p = own - torch.logaddexp(own, others.sum(1).log_())
+        log_p = own_log_softmax(own, texts, pool, TEMPERATURE, rows, cols)
         values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
     return values
 

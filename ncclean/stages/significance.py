@@ -80,14 +80,37 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
         groups = features.image_group[block]
         texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
-        others = texts @ pool_images.T
         position = np.minimum(np.searchsorted(pool_groups, groups), len(pool_groups) - 1)
         inside = np.flatnonzero(pool_groups[position] == groups)
-        others[torch.from_numpy(inside), torch.from_numpy(position[inside])] = float("-inf")
-        logits = torch.cat([own[:, None], others], dim=1) / temperature
-        log_p = torch.log_softmax(logits, dim=1)[:, 0]
+        log_p = own_log_softmax(own, texts, pool_images, temperature, inside, position[inside])
         out[block] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
     return out
+
+
+EXP_SAFE = 80.0
+"""The largest logit whose ``exp`` is summed without a running maximum: float32 holds ``exp``
+up to 88.7, and a pool of 20,000 such terms."""
+
+
+def own_log_softmax(own: torch.Tensor, texts: torch.Tensor, pool: torch.Tensor,
+                    temperature: float, rows: np.ndarray, cols: np.ndarray) -> torch.Tensor:
+    """``(b,)``: the log-softmax of each row's own similarity ``own`` (``(b,)``) among itself and
+    the similarities of ``texts`` (``(b, d)``) to ``pool`` (``(m, d)``), the entries
+    ``(rows, cols)`` (the own image's copies in the pool) left out; logits are similarities
+    over ``temperature``. When every logit is within :data:`EXP_SAFE` (unit vectors at the
+    default temperature, 0.02: at most 50), the sum of exponentials is taken in one pass over
+    the products instead of log-sum-exp's four (a third of the time)."""
+    own = own / temperature
+    bound = float(texts.norm(dim=1).max()) * float(pool.norm(dim=1).max()) / temperature \
+        if len(texts) and len(pool) else 0.0
+    others = texts @ pool.T
+    where = (torch.from_numpy(rows), torch.from_numpy(cols))
+    if bound <= EXP_SAFE:
+        others.div_(temperature).exp_()
+        others[where] = 0.0
+        return own - torch.logaddexp(own, others.sum(1).log_())
+    others[where] = float("-inf")
+    return own - torch.logaddexp(own, torch.logsumexp(others.div_(temperature), 1))
 
 
 def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates: np.ndarray,

@@ -66,3 +66,25 @@ def test_specificity_matches_its_definition_and_the_pool_respects_the_budget(mon
     _, report = significance(None, features, np.ones(40), np.ones(40, bool),
                              embeddings=Embeddings(images, texts))
     assert report["pool"] == 8
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0])  # unit vectors, and logits past EXP_SAFE
+def test_own_log_softmax_is_the_log_softmax_without_the_own_images_copies(scale):
+    import torch
+
+    from ncclean.stages.significance import EXP_SAFE, own_log_softmax
+
+    rng = np.random.default_rng(0)
+    texts = torch.from_numpy(rng.normal(size=(12, 8)).astype(np.float32))
+    pool = torch.from_numpy(rng.normal(size=(6, 8)).astype(np.float32))
+    texts = texts / texts.norm(dim=1, keepdim=True) * scale
+    pool = pool / pool.norm(dim=1, keepdim=True) * scale
+    own = (texts * pool[[0] * 12]).sum(1) * 0.9
+    rows, cols = np.array([0, 0, 5]), np.array([1, 4, 2])
+    got = own_log_softmax(own, texts, pool, 0.02, rows, cols)
+    assert (scale * scale / 0.02 > EXP_SAFE) == (scale > 1)
+    for i in range(12):
+        kept = [j for j in range(6) if (i, j) not in {(0, 1), (0, 4), (5, 2)}]
+        logits = torch.cat([own[i:i + 1], texts[i] @ pool[kept].T]) / 0.02
+        assert torch.isclose(got[i], torch.log_softmax(logits.double(), 0)[0].float(),
+                             rtol=1e-5, atol=1e-4)
