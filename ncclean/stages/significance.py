@@ -87,9 +87,9 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
     return out
 
 
-EXP_SAFE = 80.0
-"""The largest logit whose ``exp`` is summed without a running maximum: float32 holds ``exp``
-up to 88.7, and a pool of 20,000 such terms."""
+EXP_SAFE = 75.0
+"""The largest logit whose ``exp`` is summed without a running maximum: float32 holds values up
+to 3.4e38, so 20,000 terms (the largest pool) of ``exp(75)`` each (7e36 in all) still fit."""
 
 
 def own_log_softmax(own: torch.Tensor, texts: torch.Tensor, pool: torch.Tensor,
@@ -99,7 +99,8 @@ def own_log_softmax(own: torch.Tensor, texts: torch.Tensor, pool: torch.Tensor,
     ``(rows, cols)`` (the own image's copies in the pool) left out; logits are similarities
     over ``temperature``. When every logit is within :data:`EXP_SAFE` (unit vectors at the
     default temperature, 0.02: at most 50), the sum of exponentials is taken in one pass over
-    the products instead of log-sum-exp's four (a third of the time)."""
+    the products instead of log-sum-exp's four (0.45x the time of a 512 x 1,024 block's product
+    and log-sum-exp, measured on two threads)."""
     own = own / temperature
     bound = float(texts.norm(dim=1).max()) * float(pool.norm(dim=1).max()) / temperature \
         if len(texts) and len(pool) else 0.0
