@@ -136,6 +136,16 @@ def smallest_keys(keys: np.ndarray, n: int, kept: np.ndarray | None = None) -> n
     return merged[:n]
 
 
+def find_sorted(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(at, found)``, both ``(len(keys),)``: where each of ``keys`` is in ``sorted_keys`` (a
+    sorted array, such as :func:`smallest_keys` gives) and whether it is there at all (``at`` is
+    meaningful only where ``found``); a binary search, with no set built per call."""
+    if not len(sorted_keys):
+        return np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return at, sorted_keys[at] == keys
+
+
 def output_complete(path: Path, fit_hash: str, n_rows: int, write: str = "all") -> bool:
     """Whether ``path`` is a finished output shard of the fit ``fit_hash`` with ``n_rows`` rows
     (both recorded in its Parquet metadata when it was written, and the file holds that many),

@@ -43,7 +43,7 @@ from ncclean.data.results import (
     PairResults,
     result_columns,
 )
-from ncclean.data.shards import pair_keys, text_keys, vector_keys
+from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
 from ncclean.pipeline.fit import Fit, FitError
 from ncclean.stages.index import over_budget
 from ncclean.train.scoring import Embeddings
@@ -75,8 +75,7 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
     ids = corpus.ids.to_pylist()
     keys = pair_keys([ids[r] for r in features.rows])
     sample_key = fit.arrays["sample.key"]
-    at = np.minimum(np.searchsorted(sample_key, keys), max(len(sample_key) - 1, 0))
-    seen = (sample_key[at] == keys) if len(sample_key) else np.zeros(n, dtype=bool)
+    at, seen = find_sorted(sample_key, keys)
     new = np.flatnonzero(~seen)
     old, where = np.flatnonzero(seen), at[seen]
 
@@ -224,8 +223,8 @@ def _lookup(keys: np.ndarray, counts: np.ndarray, wanted: np.ndarray) -> np.ndar
     """``counts`` of ``wanted`` in the sorted ``keys``, 0 where absent."""
     if not len(keys):
         return np.zeros(len(wanted), dtype=np.int64)
-    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-    return np.where(keys[at] == wanted, counts[at], 0)
+    at, found = find_sorted(keys, wanted)
+    return np.where(found, counts[at], 0)
 
 
 def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
