@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ncclean.data.shards import find_sorted
 from ncclean.models.features import Features
 from ncclean.progress import Progress, no_progress
 from ncclean.seeds import derive_rng
@@ -80,8 +81,8 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
         groups = features.image_group[block]
         texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
-        position = np.minimum(np.searchsorted(pool_groups, groups), len(pool_groups) - 1)
-        inside = np.flatnonzero(pool_groups[position] == groups)
+        position, found = find_sorted(pool_groups, groups)
+        inside = np.flatnonzero(found)
         log_p = own_log_softmax(own, texts, pool_images, temperature, inside, position[inside])
         out[block] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
     return out
