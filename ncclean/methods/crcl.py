@@ -63,13 +63,14 @@ def freeze_for(n_pairs: int, batch_size: int, freeze_epochs: int | None,
     scratch needs before its ``p_hat`` means anything (the paper's 2 epochs are 2,266 steps on
     F30K; measured here: with 20 steps the first labels are ``p_hat`` ~ 1/B for every pair, all
     fall under ``epsilon`` and the active term never trains again). With ``frozen_images`` (the
-    image tower a head on fixed vectors, which learns from the first batch)
-    ``clip(round(64 / steps_per_epoch), 1, 10)``, as in :func:`ncclean.methods.gmm.schedule`."""
+    image tower a head on fixed vectors, which learns from the first batch and memorises with
+    every pass) one epoch at every size, as in :func:`ncclean.methods.gmm.schedule` (on 1,000
+    clip-art pairs at 50% noise, AUROC 0.64 with 8 frozen epochs, 0.83 with 1)."""
     if freeze_epochs is not None:
         return freeze_epochs
-    steps = max(1, math.ceil(n_pairs / batch_size))
     if frozen_images:
-        return int(np.clip(round(64 / steps), 1, 10))
+        return 1
+    steps = max(1, math.ceil(n_pairs / batch_size))
     return int(np.clip(round(320 / steps), 2, 10))
 
 
@@ -304,7 +305,7 @@ class CRCL(Method):
         "fixed seeded batches.",
         "Frozen epochs and pieces follow the optimiser steps (about 320 frozen steps; the "
         "paper's [5, 5, 5, 30] after the freeze, scaled down for large corpora and a fifth for "
-        f"frozen image vectors), not the paper's epoch counts ({RESULTS}).",
+        f"frozen image vectors, whose freeze is one epoch), not the paper's epoch counts ({RESULTS}).",
         "The matcher is this project's dual encoder trained from scratch (or heads on fixed "
         "vectors), not SGRAF or VSE-infinity on pretrained region features.",
     )
@@ -313,8 +314,8 @@ class CRCL(Method):
         None, rule="freeze_epochs plus the paper's [5, 5, 5, 30], scaled by the corpus size",
         help="epochs per piece, frozen epochs included, e.g. 7,7,7,32")
     freeze_epochs: int | None = param(
-        None, low=0, rule="clip(round(320 / steps per epoch), 2, 10); 64 steps with frozen "
-        "image vectors", help="frozen-label epochs at the start of each piece")
+        None, low=0, rule="clip(round(320 / steps per epoch), 2, 10); 1 with frozen image "
+        "vectors", help="frozen-label epochs at the start of each piece")
     lam: float = param(5.0, low=0, help="lambda, the weight of the complementary term (Eq. 9)")
     temperature: float = param(0.05, low=0, low_open=True, help="softmax temperature tau")
     beta: float = param(0.8, low=0, high=1, help="label momentum (Eq. 11)")

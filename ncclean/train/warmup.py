@@ -23,11 +23,12 @@ WARMUP_STEPS = 320  # optimiser steps of the warm-up rule (a fifth with frozen i
 
 
 def warmup_epochs_for(n_pairs: int, batch_size: int, frozen_images: bool = False) -> int:
-    """``clip(round(320 / steps_per_epoch), 1, 10)`` epochs (64 steps with ``frozen_images``):
+    """``clip(round(320 / steps_per_epoch), 1, 10)`` epochs; one with ``frozen_images``:
     see :func:`ncclean.methods.gmm.schedule`."""
+    if frozen_images:
+        return 1
     steps_per_epoch = max(1, math.ceil(n_pairs / batch_size))
-    steps = WARMUP_STEPS // 5 if frozen_images else WARMUP_STEPS
-    return int(np.clip(round(steps / steps_per_epoch), 1, 10))
+    return int(np.clip(round(WARMUP_STEPS / steps_per_epoch), 1, 10))
 
 
 def cycled_batches(indices: np.ndarray, batch_size: int, rng: np.random.Generator,

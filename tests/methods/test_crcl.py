@@ -42,10 +42,10 @@ def test_schedule_rules():
     assert pieces_for(8_000, 128, None, 5) == (10, 10, 10, 35)
     assert pieces_for(800_000, 128, None, 2) == (3, 3, 3, 3)
     assert pieces_for(10, 128, "3, 4", 2) == (3, 4)
-    # a head on fixed image vectors: a fifth of the steps
+    # a head on fixed image vectors: one frozen epoch at every size, a fifth of the pieces
     assert freeze_for(7_057, 128, None, frozen_images=True) == 1
     assert pieces_for(7_057, 128, None, 1, frozen_images=True) == (2, 2, 2, 7)
-    assert freeze_for(100, 128, None, frozen_images=True) == 10
+    assert freeze_for(100, 128, None, frozen_images=True) == 1
     assert pieces_for(10, 128, "3, 4", 2, frozen_images=True) == (3, 4)
     with pytest.raises(BadOptionError):
         pieces_for(10, 128, "three", 2)
