@@ -214,7 +214,7 @@ class Context:
     @property
     def frozen_images(self) -> bool:
         """Whether the matcher's image tower is a head on fixed vectors (the epoch rules of
-        ``gmm`` and ``crcl`` give it a fifth of the steps)."""
+        ``gmm`` and ``crcl`` give it the same few passes at every corpus size)."""
         return self.matcher_config is not None and self.matcher_config.frozen_images
 
     def new_matcher(self, k: int = 0):

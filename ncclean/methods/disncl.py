@@ -41,7 +41,7 @@ where the text is silent or ambiguous) or **ours**.
   paper does not say whether Eq. 2 filters it), then Eq. 8 with unit weights (``terms`` drops
   terms in Table V's order). Adam 2e-4, x0.1 at half of the main training, batch 128, ``tau``
   0.05, ``alpha`` 0.2, ``m`` 10, ``gamma`` 0.5, ``beta1 = beta2 = 0.1``, ``beta3`` 0.5 (paper).
-  Epochs follow ``gmm``'s step rule (:func:`ncclean.methods.gmm.schedule`, a fifth for a head on
+  Epochs follow ``gmm``'s step rule (:func:`ncclean.methods.gmm.schedule`, 1 + 4 for a head on
   fixed image vectors), not 5 + 50 (ours); gradients clipped at 2.0, encoder and discriminators
   each on its own (ours).
 - Per pair (ours; the paper scores no pair): ``disncl_sim`` the invariant cosine; ``disncl_loss``

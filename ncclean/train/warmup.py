@@ -19,7 +19,7 @@ from ncclean.models.features import Batch, Features
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import mean_hinge, negative_mask
 
-WARMUP_STEPS = 320  # optimiser steps of the warm-up rule (a fifth with frozen image vectors)
+WARMUP_STEPS = 320  # optimiser steps of the warm-up rule (one epoch with frozen image vectors)
 
 
 def warmup_epochs_for(n_pairs: int, batch_size: int, frozen_images: bool = False) -> int:
