@@ -305,7 +305,8 @@ class CRCL(Method):
         "fixed seeded batches.",
         "Frozen epochs and pieces follow the optimiser steps (about 320 frozen steps; the "
         "paper's [5, 5, 5, 30] after the freeze, scaled down for large corpora and a fifth for "
-        f"frozen image vectors, whose freeze is one epoch), not the paper's epoch counts ({RESULTS}).",
+        "frozen image vectors, whose freeze is one epoch), not the paper's epoch counts "
+        f"({RESULTS}).",
         "The matcher is this project's dual encoder trained from scratch (or heads on fixed "
         "vectors), not SGRAF or VSE-infinity on pretrained region features.",
     )
