@@ -54,7 +54,7 @@ def schedule(n_pairs: int, batch_size: int, warmup_epochs: int | None,
     With ``frozen_images`` (the image tower a head on fixed vectors) they are 1 and 4 epochs at
     every size: such a head learns from the first batch and memorises its noisy pairs with every
     pass, so a small corpus given more passes ranks its own pairs worse (on 1,000 clip-art pairs
-    at 50% noise, AUROC 0.55 after 8 + 32 epochs, 0.87 after 1 + 4: ``benchmarks/results/gmm.md``,
+    at 50% noise, AUROC 0.55 after 8 + 32 epochs, 0.86 after 1 + 4: ``benchmarks/results/gmm.md``,
     "Heads count passes, not steps").
     """
     steps_per_epoch = max(1, math.ceil(n_pairs / batch_size))
