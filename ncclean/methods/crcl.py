@@ -51,6 +51,7 @@ from ncclean.train.scoring import (
     kept_dtype,
     pool_matching_probability,
 )
+from ncclean.train.warmup import HEAD_WARMUP_EPOCHS
 
 PAPER_AFTER_FREEZE = (5, 5, 5, 30)  # F30K: [7, 7, 7, 32] with 2 frozen epochs each
 RESULTS = "benchmarks/results/crcl.md"
@@ -69,7 +70,7 @@ def freeze_for(n_pairs: int, batch_size: int, freeze_epochs: int | None,
     if freeze_epochs is not None:
         return freeze_epochs
     if frozen_images:
-        return 1
+        return HEAD_WARMUP_EPOCHS
     steps = max(1, math.ceil(n_pairs / batch_size))
     return int(np.clip(round(320 / steps), 2, 10))
 

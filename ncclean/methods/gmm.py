@@ -39,6 +39,7 @@ from ncclean.train.scoring import embed, kept_dtype, pair_losses
 from ncclean.train.warmup import WarmUp, cycled_batches, encode, warmup_epochs_for
 
 RESULTS = "benchmarks/results/gmm.md"
+HEAD_EPOCHS = 4  # co-training epochs of a head on fixed image vectors, at every size (schedule)
 
 
 def schedule(n_pairs: int, batch_size: int, warmup_epochs: int | None,
@@ -61,7 +62,7 @@ def schedule(n_pairs: int, batch_size: int, warmup_epochs: int | None,
     if warmup_epochs is None:
         warmup_epochs = warmup_epochs_for(n_pairs, batch_size, frozen_images)
     if epochs is None:
-        epochs = 4 if frozen_images else \
+        epochs = HEAD_EPOCHS if frozen_images else \
             int(np.clip(round(1280 / steps_per_epoch), 4, 40))
     return warmup_epochs, epochs
 

@@ -20,13 +20,14 @@ from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import mean_hinge, negative_mask
 
 WARMUP_STEPS = 320  # optimiser steps of the warm-up rule (one epoch with frozen image vectors)
+HEAD_WARMUP_EPOCHS = 1  # a head on fixed image vectors, at every size (gmm.schedule)
 
 
 def warmup_epochs_for(n_pairs: int, batch_size: int, frozen_images: bool = False) -> int:
     """``clip(round(320 / steps_per_epoch), 1, 10)`` epochs; one with ``frozen_images``:
     see :func:`ncclean.methods.gmm.schedule`."""
     if frozen_images:
-        return 1
+        return HEAD_WARMUP_EPOCHS
     steps_per_epoch = max(1, math.ceil(n_pairs / batch_size))
     return int(np.clip(round(WARMUP_STEPS / steps_per_epoch), 1, 10))
 
