@@ -193,10 +193,12 @@ class BiCro(Method):
         "Epoch counts scale with the corpus (gmm's rule) instead of the paper's 5 + 40.",
     )
 
-    warmup_epochs: int | None = param(None, low=0, rule="gmm's rule: about 320 steps",
-                                      help="warm-up epochs on every pair")
-    epochs: int | None = param(None, low=1, rule="gmm's rule: about 1,280 steps",
-                               help="co-training epochs")
+    warmup_epochs: int | None = param(
+        None, low=0, rule="gmm's rule: about 320 steps; 1 with frozen image vectors",
+        help="warm-up epochs on every pair")
+    epochs: int | None = param(
+        None, low=1, rule="gmm's rule: about 1,280 steps; 4 with frozen image vectors",
+        help="co-training epochs")
     margin: float = param(0.2, low=0, low_open=True, help="triplet margin")
     soft_margin_base: float = param(10.0, low=1, low_open=True,
                                     help="base of NCR's exponential soft margin")
