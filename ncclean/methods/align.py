@@ -71,51 +71,71 @@ def fit_alignment(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray
     form each pair, and every pair counts once (an image in three pairs counts three times).
     ``dims`` is capped at the narrower width. Raises :class:`BadOptionError` for a ``dims`` below
     1, a ``ridge`` that is not positive or fewer than two pairs."""
+    return alignment_from_sums(pair_sums(images, texts, image_group, text_group), dims, ridge)
+
+
+@dataclass(frozen=True)
+class PairSums:
+    """The raw moments of a set of pairs, float64 tensors: ``count``, the sums of image and
+    caption vectors ``(d_image,)``, ``(d_text,)`` and of their products ``(d_image, d_image)``,
+    ``(d_text, d_text)``, ``(d_image, d_text)``. Sums of disjoint sets subtract, so a fit that
+    leaves a fold out costs no second pass over the pairs."""
+
+    count: int
+    sums: tuple[torch.Tensor, torch.Tensor]
+    products: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+    def __sub__(self, other: PairSums) -> PairSums:
+        return PairSums(self.count - other.count,
+                        tuple(a - b for a, b in zip(self.sums, other.sums)),
+                        tuple(a - b for a, b in zip(self.products, other.products)))
+
+
+def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0) -> Alignment:
+    """The ridge CCA of the pairs whose moments are ``moments`` (:func:`fit_alignment`)."""
     if dims < 1:
         raise BadOptionError(f"align_dims must be at least 1, got {dims}")
     if not ridge > 0:  # without shrinkage the whitening fails wherever a width exceeds the pairs
         raise BadOptionError(f"align_ridge must be positive, got {ridge}")
-    if len(image_group) < 2:
+    if moments.count < 2:
         raise BadOptionError("aligning two encoders needs at least two pairs")
-    (image_mean, text_mean), (image_cov, text_cov, cross) = _pair_moments(
-        images, texts, image_group, text_group)
+    n = moments.count
+    mean_i, mean_t = (total / n for total in moments.sums)
+    image_cov, text_cov, cross = (
+        (total / n - torch.outer(u, v)).numpy() for total, (u, v) in
+        zip(moments.products, ((mean_i, mean_i), (mean_t, mean_t), (mean_i, mean_t))))
     image_white = _whitener(image_cov, ridge)
     text_white = _whitener(text_cov, ridge)
     left, correlations, right_t = np.linalg.svd(image_white.T @ cross @ text_white)
     dims = min(dims, len(correlations))
-    return Alignment(image_mean=image_mean.astype(np.float32),
-                     text_mean=text_mean.astype(np.float32),
+    return Alignment(image_mean=mean_i.numpy().astype(np.float32),
+                     text_mean=mean_t.numpy().astype(np.float32),
                      image_projection=(image_white @ left[:, :dims]).astype(np.float32),
                      text_projection=(text_white @ right_t[:dims].T).astype(np.float32),
                      correlations=correlations[:dims], ridge=ridge)
 
 
-def _pair_moments(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
-                  text_group: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray],
-                                                   tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The pairs' means ``(d_image,)``, ``(d_text,)`` and covariances ``(d_image, d_image)``,
-    ``(d_text, d_text)``, ``(d_image, d_text)``, float64, in one pass over the pairs.
+def pair_sums(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
+              text_group: np.ndarray) -> PairSums:
+    """The raw moments (:class:`PairSums`) of the pairs ``(image_group[i], text_group[i])``, in
+    one pass over them.
 
     Each block is converted to float32 once (by torch, which does float16 faster than numpy) and
-    its raw products, summed in float64, are centred at the end rather than each block first:
-    the products are most of the cost (a million 512-d pairs: about 19 s on two cores)."""
-    sums = [torch.zeros(images.shape[1], dtype=torch.float64),
-            torch.zeros(texts.shape[1], dtype=torch.float64)]
-    products = [torch.zeros(images.shape[1], images.shape[1], dtype=torch.float64),
+    its raw products are summed in float64; centring happens once, in the fit: the products are
+    most of the cost (a million 512-d pairs: about 19 s on two cores)."""
+    sums = (torch.zeros(images.shape[1], dtype=torch.float64),
+            torch.zeros(texts.shape[1], dtype=torch.float64))
+    products = (torch.zeros(images.shape[1], images.shape[1], dtype=torch.float64),
                 torch.zeros(texts.shape[1], texts.shape[1], dtype=torch.float64),
-                torch.zeros(images.shape[1], texts.shape[1], dtype=torch.float64)]
+                torch.zeros(images.shape[1], texts.shape[1], dtype=torch.float64))
     for start in range(0, len(image_group), _BLOCK):
         a = _block(images, image_group[start:start + _BLOCK])
         b = _block(texts, text_group[start:start + _BLOCK])
-        sums[0] += a.sum(0, dtype=torch.float64)
-        sums[1] += b.sum(0, dtype=torch.float64)
+        sums[0].add_(a.sum(0, dtype=torch.float64))
+        sums[1].add_(b.sum(0, dtype=torch.float64))
         for total, (x, z) in zip(products, ((a, a), (b, b), (a, b))):
-            total += (x.T @ z).double()
-    n = len(image_group)
-    mean_i, mean_t = sums[0] / n, sums[1] / n
-    covariances = tuple((total / n - torch.outer(u, v)).numpy() for total, (u, v) in
-                        zip(products, ((mean_i, mean_i), (mean_t, mean_t), (mean_i, mean_t))))
-    return (mean_i.numpy(), mean_t.numpy()), covariances
+            total.add_((x.T @ z).double())
+    return PairSums(len(image_group), sums, products)
 
 
 def _block(table: np.ndarray, index: np.ndarray | slice) -> torch.Tensor:

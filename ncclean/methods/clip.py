@@ -43,6 +43,7 @@ import numpy as np
 from ncclean.errors import BadOptionError
 from ncclean.methods.align import Alignment, fit_alignment
 from ncclean.methods.base import Context, Method, MethodResult, param
+from ncclean.methods.conventions import convention_discount, held_out_similarity
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.methods.null_rate import Cosine, NullEstimate, Space, null_noise_rate
 from ncclean.models.features import Features
@@ -105,6 +106,8 @@ class Clip(Method):
         "corpus's own pairs (align), which DataComp, assuming one CLIP, does not need.",
         "Where no pretrained CLIP exists the similarity is that of a matcher warmed up on the "
         "corpus itself (NCR's warm-up), not a pretrained model's judgement.",
+        "With a CCA, a repeated caption's score loses what only its own pairs taught the fit "
+        "(conventions; benchmarks/results/natural-noise.md).",
     )
 
     keep_fraction: float | None = param(
@@ -128,10 +131,17 @@ class Clip(Method):
         "auto", help="with a CCA: rank each pair by the fit on all pairs (in-sample) or by a fit "
         "on the other nine tenths (cross-fitted); auto cross-fits below "
         f"{CROSS_FIT_WIDTHS} times the two vectors' summed width in pairs")
+    conventions: Literal["auto", "discount", "trust"] = param(
+        "auto", help="with a CCA: rank a repeated caption's pairs less what only its own pairs "
+        "taught the fit (discount: a collection's label is not a description) or as fitted "
+        "(trust); auto discounts whenever a CCA is fitted")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
-        matcher = alignment = space = None
+        matcher = alignment = space = raw = None
+        if self.conventions == "discount" and self.align == "none":
+            raise BadOptionError("conventions=discount needs a CCA (align cca or auto): only a "
+                                 "space fitted on the corpus learns its captions' conventions")
         if context.initial is not None or (config is not None and config.starts_pretrained):
             matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
@@ -156,6 +166,18 @@ class Clip(Method):
         report: dict = {"embeddings": source}
         if alignment is not None:
             report["alignment"] = alignment.describe()
+        discount = caption_discount = None
+        if alignment is not None and self.conventions != "trust":
+            held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
+                                           features.text_group, self.align_dims, self.align_ridge,
+                                           seed=context.seed)
+            discount = convention_discount(similarity, held_out, features.text_group)
+            caption_discount = _repeated_captions(discount, features)
+            space = _discounted(space, caption_discount)  # shuffled pairs keep their caption's
+            report["conventions"] = _describe_discount(discount, features.text_group)
+        elif self.conventions == "discount":
+            raise BadOptionError("conventions=discount needs a CCA: these embeddings were not "
+                                 "fitted on the corpus, so they learnt none of its conventions")
         null: NullEstimate | None = None
         if space is not None and alignment is not None and self._cross_fits(features):
             null = null_noise_rate(space, features.image_group, features.text_group,
@@ -164,12 +186,19 @@ class Clip(Method):
             if null is not None:  # every pair scored by a fit that did not see it
                 similarity = np.empty(features.n_pairs)
                 similarity[null.rows] = null.scores
+                if caption_discount is not None:  # a held-out pair memorised nothing of its own
+                    discount = caption_discount[features.text_group]
+                    similarity += discount
                 report["rank"] = f"cross-fitted ({CROSS_FIT_FOLDS} folds)"
             report["null"] = None if null is None else null.describe()
         elif space is not None:
             null = null_noise_rate(space, features.image_group, features.text_group,
                                    folds=1 if alignment is None else 5, seed=context.seed)
             report["null"] = None if null is None else null.describe()
+        columns = {"clip_sim": similarity}
+        if discount is not None:
+            columns["clip_convention"] = discount.astype(np.float32)
+            similarity = similarity - discount
         if self.keep_fraction is not None:
             clean_prob = top_fraction(similarity, self.keep_fraction)
             noise_rate = 1.0 - float(clean_prob.mean())
@@ -182,7 +211,7 @@ class Clip(Method):
             noise_rate = fit.noise_rate if null is None else null.noise_rate
             report["posterior"] = "two-component mixture"
             report["mixture"] = fit.as_dict()
-        return MethodResult(clean_prob=clean_prob, columns={"clip_sim": similarity},
+        return MethodResult(clean_prob=clean_prob, columns=columns,
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
                             report=report)
 
@@ -210,6 +239,35 @@ class Clip(Method):
         dtype = kept_dtype(features)
         return Embeddings(images=alignment.project_images(embeddings.images, dtype),
                           texts=alignment.project_texts(embeddings.texts, dtype)), alignment
+
+
+def _repeated_captions(discount: np.ndarray, features: Features) -> np.ndarray:
+    """``(n_texts,) float64``: the discount of each caption entry seen more than once (a
+    caption's, the same for all its pairs), 0 for the others (a single caption's discount is
+    its own pair's memorisation, which a held-out fit does not have)."""
+    out = np.zeros(len(features.text_data))
+    counts = np.bincount(features.text_group, minlength=len(out))
+    repeated = counts[features.text_group] > 1
+    out[features.text_group[repeated]] = discount[repeated]
+    return out
+
+
+def _discounted(space: Space, caption_discount: np.ndarray) -> Space:
+    """``space`` with each cosine less its caption entry's discount."""
+    def fitted(fit: np.ndarray | None) -> Cosine:
+        cosine = space(fit)
+        return lambda images, texts: cosine(images, texts) - caption_discount[texts]
+    return fitted
+
+
+def _describe_discount(discount: np.ndarray, text_group: np.ndarray) -> dict:
+    """The report's record of the conventions' discount."""
+    _, first, counts = np.unique(text_group, return_index=True, return_counts=True)
+    repeated = (counts > 1) & (discount[first] > 0)
+    return {"discounted_captions": int(repeated.sum()),
+            "discounted_pairs": int(counts[repeated].sum()),
+            "pairs_with_any_discount": int((discount > 0).sum()),
+            "largest": round(float(discount.max()), 4) if len(discount) else 0.0}
 
 
 def _fixed_space(embeddings: Embeddings) -> Space:

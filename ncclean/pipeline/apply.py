@@ -7,7 +7,9 @@ ranking on the held-out pairs' scale and is cut and searched as below
 per method:
 
 - ``clip``: the cosine of its unit vectors (after the fitted CCA when there is one) is
-  ``clip_sim``; ``clean_prob`` is read from the sample's table of ``clip_sim`` to ``clean_prob``
+  ``clip_sim``; a caption the fit discounted as a convention (``clip_convention``, a repeated
+  caption of the sample: :mod:`ncclean.methods.conventions`) loses the same discount, any other
+  none; ``clean_prob`` is read from the sample's table of that signal to ``clean_prob``
   by linear interpolation (clamped at the ends), so a pair between two sample pairs gets a
   probability between theirs: the null's local false discovery rate, the mixture's posterior,
   or the top-fraction rule, whichever the fit used;
@@ -98,9 +100,9 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
     if len(new):
         sub = features.subset(new)
         embeddings = _embeddings(fit, sub, device)
-        signal = _signal(fit, sub, embeddings, columns, new)
-        clean_prob[new] = np.interp(signal, fit.arrays["table.x"], fit.arrays["table.y"])
         caption_key = text_keys([corpus.captions[r] for r in features.rows])
+        signal = _signal(fit, sub, embeddings, columns, new, caption_key[new])
+        clean_prob[new] = np.interp(signal, fit.arrays["table.x"], fit.arrays["table.y"])
         counts = caption_counts(fit, caption_key, shard_captions)[new]
         parts[new] = _cut(fit, clean_prob[new], counts)
         _significance(fit, sub, embeddings, parts, significance, new, counts)
@@ -150,13 +152,21 @@ def _embeddings(fit: Fit, features, device: str) -> Embeddings:
                       texts=alignment.project_texts(raw.texts))
 
 
-def _signal(fit: Fit, features, embeddings: Embeddings, columns: dict, new: np.ndarray):
+def _signal(fit: Fit, features, embeddings: Embeddings, columns: dict, new: np.ndarray,
+            caption_key: np.ndarray):
     """The per-pair signal of ``features``' pairs (and the method's columns filled in at
-    ``new``)."""
+    ``new``); ``caption_key`` ``(n,) uint64``: their captions' keys."""
     similarity = embeddings.pair_similarity(features)
     if fit.meta["method"] == "clip":
         columns["clip_sim"][new] = similarity
-        return similarity.astype(np.float64)
+        signal = similarity.astype(np.float64)
+        if "clip_convention" in columns:  # the fit's discount of a repeated caption, else none
+            at, seen = find_sorted(fit.arrays["convention.key"], caption_key)
+            discount = np.zeros(len(caption_key))
+            discount[seen] = fit.arrays["convention.discount"][at[seen]]
+            columns["clip_convention"][new] = discount
+            signal -= discount
+        return signal
     losses = pool_losses(fit, features, embeddings)
     columns["gmm_sim"][new] = similarity
     columns["gmm_loss"][new] = losses

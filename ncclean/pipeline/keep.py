@@ -88,11 +88,12 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     put_text(arrays, "donor_caption", [corpus.captions[r] for r in donor_rows])
     put_text(arrays, "donor_id", [str(ids[r]) for r in donor_rows])
 
-    captions = [corpus.captions[r] for r in rows]
-    caption_key, count = np.unique(text_keys(captions), return_counts=True)
+    pair_caption_key = text_keys([corpus.captions[r] for r in rows])
+    caption_key, count = np.unique(pair_caption_key, return_counts=True)
     arrays["captions.key"], arrays["captions.count"] = caption_key, count.astype(np.int64)
 
-    signal, prob = _signal(method, features, result, clean_prob, arrays, meta_extra, seed)
+    signal, prob = _signal(method, features, result, clean_prob, arrays, meta_extra, seed,
+                           pair_caption_key)
     arrays["table.x"], arrays["table.y"] = signal_table(signal, prob)
     cut = state["cut"]
     noisy = parts == "noisy"
@@ -115,10 +116,11 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
 
 
 def _signal(method, features, result, clean_prob: np.ndarray, arrays: dict, meta: dict,
-            seed: int) -> tuple[np.ndarray, np.ndarray]:
+            seed: int, caption_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(signal, probability)`` of the sample's pairs, ``(n,) float64`` each: what a pair not
     trained on is read with. Also stores what computing the signal for another pair needs (the
-    alignment, the negative pool)."""
+    alignment, the repeated captions' discounts, the negative pool). ``caption_key`` ``(n,)
+    uint64``: each pair's caption (:func:`~ncclean.data.shards.text_keys`)."""
     if method.name == "clip":
         if "alignment" in result.report:  # refit the (deterministic) CCA clip fitted
             from ncclean.methods.align import fit_alignment
@@ -131,7 +133,16 @@ def _signal(method, features, result, clean_prob: np.ndarray, arrays: dict, meta
                 arrays[f"align.{name}"] = np.asarray(getattr(alignment, name))
             meta["alignment"] = alignment.describe()
         meta["signal"] = "clip_sim"
-        return np.asarray(result.columns["clip_sim"], dtype=np.float64), clean_prob
+        signal = np.asarray(result.columns["clip_sim"], dtype=np.float64)
+        if "clip_convention" in result.columns:  # a repeated caption's discount holds for all
+            discount = np.asarray(result.columns["clip_convention"], dtype=np.float64)
+            keys, first, counts = np.unique(caption_key, return_index=True, return_counts=True)
+            kept = (counts > 1) & (discount[first] > 0)
+            arrays["convention.key"] = keys[kept]
+            arrays["convention.discount"] = discount[first][kept]
+            meta["signal"] = "clip_sim - clip_convention"
+            signal = signal - discount
+        return signal, clean_prob
     # gmm: the final matcher's mean hinge loss against a fixed pool of the sample's pairs
     from ncclean.train.scoring import pair_losses
 

@@ -158,3 +158,32 @@ def test_gmm_puts_its_sample_on_the_held_out_scale(tmp_path):
     noisy_share = [(np.asarray(out.column("partition").to_pylist())[half] == "noisy").mean()
                    for half in (fitted, ~fitted)]
     assert abs(noisy_share[0] - noisy_share[1]) < 0.05
+
+
+def test_applied_pairs_of_a_discounted_caption_lose_what_the_sample_lost(tmp_path):
+    rng = np.random.default_rng(5)
+    n, k = 900, 60
+    latent = rng.normal(size=(n, 8))
+    image = latent @ rng.normal(size=(8, 48)) + rng.normal(size=(n, 48))
+    text = latent @ rng.normal(size=(8, 24)) + rng.normal(size=(n, 24))
+    image[::15] += 3.0 * rng.normal(size=48)  # a collection: one look, one caption for all
+    text[::15] = 3.0 * rng.normal(size=24)
+    collection = np.arange(n) % 15 == 0
+    table = pa.table({"id": [f"p{i}" for i in range(n)],
+                      "caption": ["collection" if c else f"c{i}" for i, c in enumerate(collection)],
+                      "img": list(image.astype(np.float32)), "txt": list(text.astype(np.float32))})
+    assert collection.sum() == k
+    write_shards(table, tmp_path / "in", 3)
+    run(tmp_path / "in", tmp_path / "out", fit_sample=450, save_fit=tmp_path / "fit")
+    fit = load_fit(tmp_path / "fit")
+    assert fit.meta["signal"] == "clip_sim - clip_convention"
+    out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
+    from ncclean.data.shards import pair_keys
+
+    applied = ~np.isin(pair_keys(out.column("id")), fit.arrays["sample.key"])
+    discount = np.asarray(out.column("clip_convention").to_pylist())
+    assert applied[collection].any() and (~applied[collection]).any()
+    assert np.allclose(discount[collection], discount[collection & ~applied][0])
+    assert discount[collection][0] > 0 and np.all(discount[applied & ~collection] == 0)
+    prob = np.asarray(out.column("clean_prob").to_pylist())
+    assert prob[applied & collection].mean() < 0.8 < prob[applied & ~collection].mean()
