@@ -29,7 +29,7 @@ from ncclean.methods.align import alignment_from_sums, pair_sums
 from ncclean.train.scoring import Embeddings
 
 FOLDS = 10
-QUANTILE = 0.9
+QUANTILE = 0.75
 KAPPA = 300.0
 MIN_FIT_PAIRS = 20  # a fold whose fit would see fewer pairs is not scored (NaN: no discount)
 
