@@ -41,7 +41,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ncclean.errors import BadOptionError
-from ncclean.methods.align import Alignment, fit_alignment
+from ncclean.methods.align import Alignment, PairSums, alignment_from_sums, fit_alignment, pair_sums
 from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.conventions import convention_discount, held_out_similarity
 from ncclean.methods.mixture import fit_clean_posterior
@@ -138,7 +138,7 @@ class Clip(Method):
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
-        matcher = alignment = space = raw = None
+        matcher = alignment = space = raw = moments = None
         if self.conventions == "discount" and self.align == "none":
             raise BadOptionError("conventions=discount needs a CCA (align cca or auto): only a "
                                  "space fitted on the corpus learns its captions' conventions")
@@ -149,7 +149,7 @@ class Clip(Method):
                 space = _fixed_space(embeddings)
         elif (source := raw_source(config)) is not None:
             raw = raw_embeddings(features)
-            embeddings, alignment = self._aligned(raw, features)
+            embeddings, alignment, moments = self._aligned(raw, features)
             if alignment is not None:
                 source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"
                 space = _cca_space(raw, features, self.align_dims, self.align_ridge)
@@ -170,7 +170,7 @@ class Clip(Method):
         if alignment is not None and self.conventions != "trust":
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
                                            features.text_group, self.align_dims, self.align_ridge,
-                                           seed=context.seed)
+                                           seed=context.seed, total=moments)
             discount = convention_discount(similarity, held_out, features.text_group)
             caption_discount = _repeated_captions(discount, features)
             space = _discounted(space, caption_discount)  # shuffled pairs keep their caption's
@@ -222,10 +222,11 @@ class Clip(Method):
         width = features.image_data.shape[1] + features.text_data.shape[1]
         return features.n_pairs < CROSS_FIT_WIDTHS * width
 
-    def _aligned(self, embeddings: Embeddings,
-                 features: Features) -> tuple[Embeddings, Alignment | None]:
-        """The embeddings in a CCA space fitted on the pairs, with the fit, where ``align`` asks
-        for it; otherwise the embeddings as they are and ``None``."""
+    def _aligned(self, embeddings: Embeddings, features: Features) \
+            -> tuple[Embeddings, Alignment | None, PairSums | None]:
+        """The embeddings in a CCA space fitted on the pairs, with the fit and the pairs'
+        moments, where ``align`` asks for it; otherwise the embeddings as they are and
+        ``None``, ``None``."""
         widths = embeddings.images.shape[1], embeddings.texts.shape[1]
         if self.align == "none" and widths[0] != widths[1]:
             raise BadOptionError(
@@ -233,12 +234,14 @@ class Clip(Method):
                 f"{widths[1]}), so they share no space to take a cosine in; use -p align=cca "
                 "(or leave align at auto) to fit one on the corpus")
         if self.align == "none" or (self.align == "auto" and widths[0] == widths[1]):
-            return embeddings, None
-        alignment = fit_alignment(embeddings.images, embeddings.texts, features.image_group,
-                                  features.text_group, self.align_dims, self.align_ridge)
+            return embeddings, None, None
+        moments = pair_sums(embeddings.images, embeddings.texts, features.image_group,
+                            features.text_group)
+        alignment = alignment_from_sums(moments, self.align_dims, self.align_ridge)
         dtype = kept_dtype(features)
         return Embeddings(images=alignment.project_images(embeddings.images, dtype),
-                          texts=alignment.project_texts(embeddings.texts, dtype)), alignment
+                          texts=alignment.project_texts(embeddings.texts, dtype)), alignment, \
+            moments
 
 
 def _repeated_captions(discount: np.ndarray, features: Features) -> np.ndarray:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ncclean.methods.align import alignment_from_sums, pair_sums
+from ncclean.methods.align import PairSums, alignment_from_sums, pair_sums
 from ncclean.train.scoring import Embeddings
 
 FOLDS = 10
@@ -46,16 +46,18 @@ def caption_folds(text_group: np.ndarray, folds: int = FOLDS, seed: int = 0) -> 
 
 def held_out_similarity(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
                         text_group: np.ndarray, dims: int, ridge: float, seed: int = 0,
-                        folds: int = FOLDS) -> np.ndarray:
+                        folds: int = FOLDS, total: PairSums | None = None) -> np.ndarray:
     """``(n,) float32``: each pair's cosine in a CCA (``dims``, ``ridge``) fitted on the pairs of
     the other caption folds (:func:`caption_folds` with ``seed``); NaN in a fold whose fit would
     see fewer than :data:`MIN_FIT_PAIRS` pairs (one caption nearly everywhere). ``images`` and
     ``texts`` are the raw vector tables (``texts`` one row per distinct caption: ``text_group``
     indexes it), ``image_group`` and ``text_group`` ``(n,) int64`` the pairs. One
-    pass over the pairs for the whole corpus's moments, and the folds' together one more; each
-    fit subtracts its fold from the whole."""
+    pass over the pairs for the whole corpus's moments (none when ``total`` holds them already:
+    :func:`~ncclean.methods.align.pair_sums` of the same pairs), and the folds' together one
+    more; each fit subtracts its fold from the whole."""
     fold_of = caption_folds(text_group, folds, seed)
-    total = pair_sums(images, texts, image_group, text_group)
+    if total is None:
+        total = pair_sums(images, texts, image_group, text_group)
     out = np.full(len(image_group), np.nan, dtype=np.float32)
     for fold in range(folds):
         held = np.flatnonzero(fold_of == fold)
