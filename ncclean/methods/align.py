@@ -56,6 +56,18 @@ class Alignment:
     def project_texts(self, vectors: np.ndarray, dtype: type = np.float32) -> np.ndarray:
         return _project(vectors, self.text_mean, self.text_projection, dtype)
 
+    def pair_cosine(self, images: np.ndarray, texts: np.ndarray, image_entries: np.ndarray,
+                    text_entries: np.ndarray) -> np.ndarray:
+        """``(n,) float32``: the cosine in this space of ``images[image_entries[k]]`` and
+        ``texts[text_entries[k]]`` (raw vector tables), each distinct entry projected once."""
+        from ncclean.train.scoring import Embeddings
+
+        image_rows, image_at = np.unique(image_entries, return_inverse=True)
+        text_rows, text_at = np.unique(text_entries, return_inverse=True)
+        projected = Embeddings(images=self.project_images(images[image_rows]),
+                               texts=self.project_texts(texts[text_rows]))
+        return projected.similarity(image_at, text_at)
+
     def describe(self) -> dict:
         """The report's record of the fit."""
         return {"method": "ridge CCA", "dims": self.dims, "ridge": self.ridge,

@@ -281,16 +281,11 @@ def _fixed_space(embeddings: Embeddings) -> Space:
 
 def _cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> Space:
     """A CCA space fitted on the pairs ``fit`` only, so that the other pairs and their shuffles
-    are scored out of sample. Each distinct entry is projected once."""
+    are scored out of sample (:meth:`~ncclean.methods.align.Alignment.pair_cosine`)."""
     def space(fit: np.ndarray | None) -> Cosine:
         alignment = fit_alignment(raw.images, raw.texts, features.image_group[fit],
                                   features.text_group[fit], dims, ridge)
 
-        def cosine(image_entries: np.ndarray, text_entries: np.ndarray) -> np.ndarray:
-            images, image_at = np.unique(image_entries, return_inverse=True)
-            texts, text_at = np.unique(text_entries, return_inverse=True)
-            projected = Embeddings(images=alignment.project_images(raw.images[images]),
-                                   texts=alignment.project_texts(raw.texts[texts]))
-            return projected.similarity(image_at, text_at)
-        return cosine
+        return lambda image_entries, text_entries: alignment.pair_cosine(
+            raw.images, raw.texts, image_entries, text_entries)
     return space

@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from ncclean.methods.align import PairSums, alignment_from_sums, pair_sums
-from ncclean.train.scoring import Embeddings
 
 FOLDS = 10
 QUANTILE = 0.75
@@ -65,11 +64,7 @@ def held_out_similarity(images: np.ndarray, texts: np.ndarray, image_group: np.n
             continue
         fold_sums = pair_sums(images, texts, image_group[held], text_group[held])
         alignment = alignment_from_sums(total - fold_sums, dims, ridge)
-        image_entries, image_at = np.unique(image_group[held], return_inverse=True)
-        text_entries, text_at = np.unique(text_group[held], return_inverse=True)
-        projected = Embeddings(images=alignment.project_images(images[image_entries]),
-                               texts=alignment.project_texts(texts[text_entries]))
-        out[held] = projected.similarity(image_at, text_at)
+        out[held] = alignment.pair_cosine(images, texts, image_group[held], text_group[held])
     return out
 
 
