@@ -63,7 +63,7 @@ def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
         # learned; a caption used on at most rare_count images is no collection name, so it
         # stays significant (measured in benchmarks/journal.md, "Training on
         # clean_significant").
-        exempt = rare if mode == "specificity" else False
+        exempt = rare if mode == "specificity" else np.zeros(len(parts), dtype=bool)
         parts[clean & (values < 1) & ~exempt] = CLEAN_INSIGNIFICANT
         stages.significance = values
         stages.report["significance"] = report

@@ -41,3 +41,20 @@ def test_specificity_demotes_only_clean_pairs_whose_caption_is_not_rare(monkeypa
                            "noisy"]
     assert added.report == {"significance": {"mode": "specificity"}}
     assert added.donor is None
+
+
+def test_the_update_ratio_demotes_every_clean_pair_below_one_rare_or_not(monkeypatch):
+    """SDD's update ratio exempts no rare caption; a mask, not positions (``~False`` is -1)."""
+    embeddings, features = setup()
+
+    def update_ratio(matcher, features, clean_prob, clean, config, **kwargs):
+        return np.array([2.0, 2.0, 0.5, 0.5]), {"mode": config.mode}
+
+    monkeypatch.setattr(significance_module, "significance", update_ratio)
+    result = MethodResult(clean_prob=np.array([0.9, 0.9, 0.9, 0.1]), embeddings=embeddings,
+                          matcher=object(), significance="update")  # update needs a matcher
+    parts = np.array(["clean_significant"] * 3 + ["noisy"], dtype=object)
+    run_stages(result, features, result.clean_prob, parts, StageOptions(pseudo_captions=False),
+               rare=np.array([False, False, True, False]))
+    assert list(parts) == ["clean_significant", "clean_significant", "clean_insignificant",
+                           "noisy"]
