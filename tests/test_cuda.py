@@ -19,6 +19,8 @@ PARAMS = {
     "pc2": {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"},
     "crcl": {"pieces": "2,2", "freeze_epochs": "1", "batch_size": "32"},
     "sdd": {"warmup_epochs": "2", "epochs": "1", "batch_size": "32"},
+    "disncl": {"warmup_epochs": "1", "epochs": "2", "batch_size": "32"},
+    "clip": {"warmup_epochs": "2", "batch_size": "32"},  # no pretrained vectors: a warm-up
 }
 
 
