@@ -16,10 +16,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ncclean.errors import BadOptionError
 from ncclean.records import as_record
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PathLike = str | os.PathLike
 
@@ -75,7 +78,13 @@ class Cut:
 
     ``clean_prob >= clean_above`` is clean, ``< noisy_below`` noisy, between them vague; or, with
     ``noise_rate`` (a share in [0, 1], or ``"auto"``: the method's estimate, filled in by
-    :meth:`with_estimate`), the lowest share is noisy. ``rare_clean_above``: a lower clean
+    :meth:`with_estimate`), the lowest share is noisy. ``noisy_recall`` and ``review_recall``
+    widen the thresholds' partitions by what the scores expect: ``noisy`` is at least the lowest
+    pairs that hold ``noisy_recall`` of the expected noisy pairs (the sum of ``1 - clean_prob``),
+    ``noisy`` and ``vague`` together at least those holding ``review_recall``
+    (:func:`ncclean.stages.partition.recall_threshold`); :meth:`with_recall` fills in
+    ``recall_noisy_below`` and ``recall_clean_above`` from a run's scores, and
+    :meth:`thresholds` gives the thresholds in force. ``rare_clean_above``: a lower clean
     threshold for pairs whose caption occurs at most ``rare_count`` times among the valid pairs;
     ``rare_count`` also says which clean captions the specificity stage leaves significant.
     ``Cut()`` is the single 0.5 cut; ``score`` uses :data:`DEFAULT_CUT`. A ``noise_rate``
@@ -89,8 +98,28 @@ class Cut:
     rare_clean_above: float | None = None
     rare_count: int = 2
     preset: str | None = None  # the PRESETS entry this cut came from, if any
+    noisy_recall: float | None = None
+    review_recall: float | None = None
+    recall_noisy_below: float | None = None  # filled in by with_recall
+    recall_clean_above: float | None = None
 
     def __post_init__(self) -> None:
+        if self.noise_rate is not None and (self.noisy_recall, self.review_recall) \
+                == _DEFAULT_RECALL:  # the default's bands, not asked for: a share cut has none
+            object.__setattr__(self, "noisy_recall", None)
+            object.__setattr__(self, "review_recall", None)
+        for name in ("noisy_recall", "review_recall"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value <= 1.0:
+                raise BadOptionError(f"--{name.replace('_', '-')} must lie in (0, 1] (0 on the "
+                                     f"command line turns it off), got {value}")
+        if None not in (self.noisy_recall, self.review_recall) \
+                and self.noisy_recall > self.review_recall:
+            raise BadOptionError(f"need --noisy-recall ({self.noisy_recall}) <= --review-recall "
+                                 f"({self.review_recall}): noisy is part of what is flagged")
+        if self.noise_rate is not None and (self.noisy_recall, self.review_recall) != (None, None):
+            raise BadOptionError("--noise-rate cuts by a share; --noisy-recall and "
+                                 "--review-recall widen thresholds, so give one or the other")
         if not 0.0 <= self.noisy_below <= self.clean_above <= 1.0:
             raise BadOptionError(
                 f"need 0 <= --noisy-below ({self.noisy_below}) <= --clean-above "
@@ -129,6 +158,43 @@ class Cut:
             raise BadOptionError(f"--noise-rate auto: method {method!r} gives no estimate")
         return replace(self, noise_rate=float(estimate))
 
+    @classmethod
+    def from_record(cls, record: dict) -> Cut:
+        """The cut a sidecar's or a fit's ``cut`` record holds (keys that are no field are
+        left out; a record from before the recall bands has none)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in names and v is not None}
+                   | {"noise_rate": record.get("noise_rate")})
+
+    def with_recall(self, clean_prob: np.ndarray) -> Cut:
+        """This cut with ``recall_noisy_below`` and ``recall_clean_above`` computed from the
+        run's ``clean_prob`` (``(n,)``, every scored pair), every other field kept; a cut
+        without recall bands is returned as it is. Computed from the scores given, not from
+        any earlier resolution, so a rescaled sample can be resolved again."""
+        if self.noise_rate is not None or (self.noisy_recall, self.review_recall) == (None, None):
+            return self
+        from ncclean.stages.partition import recall_threshold
+
+        def reach(recall: float | None) -> float | None:
+            return None if recall is None else recall_threshold(clean_prob, recall)
+
+        return replace(self, recall_noisy_below=reach(self.noisy_recall),
+                       recall_clean_above=reach(self.review_recall))
+
+    def thresholds(self) -> tuple[float, float]:
+        """``(clean_above, noisy_below)`` in force: the given thresholds, raised to the recall
+        bands' where :meth:`with_recall` filled those in (clean never below noisy)."""
+        noisy_below = max(self.noisy_below, self.recall_noisy_below or 0.0)
+        clean_above = max(self.clean_above, self.recall_clean_above or 0.0, noisy_below)
+        return clean_above, noisy_below
+
+    def describe_bands(self) -> str:
+        """What the recall bands of this resolved cut did, in words."""
+        held = f"{self.noisy_recall or '-'} / {self.review_recall or '-'}"
+        if self.thresholds() == (self.clean_above, self.noisy_below):
+            return f"recall bands {held}: no wider"
+        return f"widened so noisy / noisy and vague hold {held} of the expected noise"
+
     def record(self, requested: Cut, by_method: bool) -> dict[str, Any]:
         """The sidecar's ``cut``: this (resolved) cut's fields, where its noise rate came from
         (``requested``'s), and whether the method drew the partitions itself."""
@@ -141,18 +207,22 @@ class Cut:
 
 
 _UNSET = ((0.5, 0.5), (0.8, 0.5))  # Cut()'s and DEFAULT_CUT's thresholds: not asked for
-DEFAULT_CUT = Cut(clean_above=0.8, noisy_below=0.5)
+_DEFAULT_RECALL = (0.5, 0.9)  # DEFAULT_CUT's recall bands
+DEFAULT_CUT = Cut(clean_above=0.8, noisy_below=0.5, noisy_recall=_DEFAULT_RECALL[0],
+                  review_recall=_DEFAULT_RECALL[1])
 
 #: What a scored file is for (``score --preset``): the cut ``score`` uses, and what ``retrain``
-#: trains on unless ``--keep`` says otherwise. ``review``: calibrated thresholds, vague pairs
-#: to look at (the default cut). ``gate``: the noisy partition is the method's estimated share,
+#: trains on unless ``--keep`` says otherwise. ``review``: calibrated thresholds widened by the
+#: recall bands, vague pairs to look at (the default cut; benchmarks/results/natural-noise.md,
+#: "Recall bands"). ``gate``: the noisy partition is the method's estimated share,
 #: so ``check --max-noisy`` bounds the estimated noise rate. ``train``: rare captions clean from
 #: 0.3 and retraining on ``clean_significant``, the best training set measured (117% of the
 #: noisy-to-oracle gap at 50% noise with clip on pretrained towers, benchmarks/results/retrain.md).
 PRESETS: dict[str, dict] = {
     "review": {"cut": {}, "keep": "clean"},
     "gate": {"cut": {"noise_rate": "auto"}, "keep": "clean"},
-    "train": {"cut": {"rare_clean_above": 0.3}, "keep": "significant"},
+    "train": {"cut": {"rare_clean_above": 0.3, "noisy_recall": None, "review_recall": None},
+              "keep": "significant"},
 }
 
 

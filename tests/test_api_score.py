@@ -2,6 +2,7 @@
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -267,7 +268,7 @@ def test_options_check_themselves_and_loose_keywords_fold_into_them():
         auto.with_estimate(None, "nope")
     groups = fold_keywords({"cut": DEFAULT_CUT, "run": RunOptions()},
                            {"rare_count": 7, "seed": 3})
-    assert groups["cut"] == Cut(clean_above=0.8, rare_count=7) and groups["run"].seed == 3
+    assert groups["cut"] == replace(DEFAULT_CUT, rare_count=7) and groups["run"].seed == 3
     with pytest.raises(TypeError, match="epochz"):
         fold_keywords({"run": RunOptions()}, {"epochz": 3})
 
@@ -289,7 +290,7 @@ def test_sidecar_records_every_option_group_whole(noisy, tmp_path):
 
 
 def test_cli_option_objects_and_loose_keywords_write_the_same_bytes(noisy, tmp_path):
-    from ncclean.options import Cut, MatcherOptions, RunOptions, StageOptions
+    from ncclean.options import DEFAULT_CUT, MatcherOptions, RunOptions, StageOptions
 
     cache = tmp_path / "cache"
     args = ["score", str(noisy), "-o", str(tmp_path / "cli.parquet"), "--method", "gmm",
@@ -301,7 +302,7 @@ def test_cli_option_objects_and_loose_keywords_write_the_same_bytes(noisy, tmp_p
     assert main(args) == 0
     api.score(noisy, tmp_path / "objects.parquet", "gmm", FAST,
               matcher=MatcherOptions(clip_model="ViT-B-32", embed_dim=32, image_size=32),
-              cut=Cut(clean_above=0.6, noisy_below=0.5), stages=StageOptions(significance_passes=2),
+              cut=replace(DEFAULT_CUT, clean_above=0.6), stages=StageOptions(significance_passes=2),
               run=RunOptions(seed=4, cache_dir=cache))
     api.score(noisy, tmp_path / "loose.parquet", method="gmm", params=FAST, seed=4,
               clip_model="ViT-B-32", embed_dim=32, image_size=32, clean_above=0.6,

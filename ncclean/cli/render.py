@@ -146,7 +146,13 @@ def _describe_cut(cut) -> str:
         return "?"
     if cut.get("noise_rate") is not None:
         return f"lowest {cut['noise_rate']:.1%} noisy"
-    text = f"noisy < {cut.get('noisy_below')}, clean >= {cut.get('clean_above')}"
+    from ncclean.options import Cut
+
+    resolved = Cut.from_record(cut)
+    clean_above, noisy_below = resolved.thresholds()
+    text = f"noisy < {noisy_below:.4g}, clean >= {clean_above:.4g}"
+    if (resolved.recall_clean_above, resolved.recall_noisy_below) != (None, None):
+        text += f" ({resolved.describe_bands()})"
     if cut.get("rare_clean_above") is not None:
         text += (f" (>= {cut['rare_clean_above']} for captions seen at most "
                  f"{cut.get('rare_count')} times)")

@@ -68,6 +68,14 @@ def score(
         "at most --rare-count times): a cut for training sets, which lose most through the rare "
         "clean pairs a high threshold drops.", rich_help_panel="Partition",
         show_default=False)] = None,
+    noisy_recall: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Widen noisy to at least the lowest pairs that hold this share "
+        "of the noise the scores expect (0: off) [default: 0.5].", rich_help_panel="Partition",
+        show_default=False)] = None,
+    review_recall: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Widen vague so that noisy and vague hold at least this share of "
+        "the noise the scores expect (0: off) [default: 0.9].", rich_help_panel="Partition",
+        show_default=False)] = None,
     preset: Annotated[Literal["review", "gate", "train"] | None, typer.Option(
         help="What the output is for; sets the cut (not with the options above) and what "
         "'retrain' trains on: review = the thresholds [default]; gate = the noisy partition is "
@@ -190,17 +198,23 @@ def score(
         clip_checkpoint=clip_checkpoint, finetune=finetune, load_matcher=load_matcher)
     if preset is not None:
         cut_options = (("--clean-above", clean_above), ("--noisy-below", noisy_below),
-                       ("--noise-rate", noise_rate), ("--rare-clean-above", rare_clean_above))
+                       ("--noise-rate", noise_rate), ("--rare-clean-above", rare_clean_above),
+                       ("--noisy-recall", noisy_recall), ("--review-recall", review_recall))
         given = [name for name, value in cut_options if value is not None]
         if given:
             raise BadOptionError(f"--preset {preset} sets the cut, so {given[0]} would be "
                                  "ignored; give either --preset or the cut options")
         cut = preset_cut(preset, rare_count)
     else:
+        def recall(given: float | None, default: float | None) -> float | None:
+            return default if given is None else (given or None)  # 0 turns a band off
+
         cut = Cut(clean_above=DEFAULT_CUT.clean_above if clean_above is None else clean_above,
                   noisy_below=DEFAULT_CUT.noisy_below if noisy_below is None else noisy_below,
                   noise_rate=rate,
-                  rare_clean_above=rare_clean_above, rare_count=rare_count)
+                  rare_clean_above=rare_clean_above, rare_count=rare_count,
+                  noisy_recall=recall(noisy_recall, DEFAULT_CUT.noisy_recall),
+                  review_recall=recall(review_recall, DEFAULT_CUT.review_recall))
     stages = StageOptions(significance=significance, significance_passes=significance_passes,
                           pseudo_captions=pseudo_captions)
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),

@@ -46,6 +46,7 @@ from ncclean.data.results import (
     result_columns,
 )
 from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
+from ncclean.options import Cut
 from ncclean.pipeline.fit import Fit, FitError
 from ncclean.stages.index import over_budget
 from ncclean.train.scoring import Embeddings
@@ -197,6 +198,12 @@ def pool_losses(fit: Fit, features, embeddings: Embeddings) -> np.ndarray:
     return losses
 
 
+def fit_cut(fit: Fit) -> Cut:
+    """The fit's resolved :class:`~ncclean.options.Cut`, from its record (a fit saved before
+    the recall bands has none)."""
+    return Cut.from_record(fit.meta["cut"])
+
+
 def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Partition names by the fit's resolved cut (see the module docstring); ``counts``: each
     pair's caption count (:func:`caption_counts`)."""
@@ -207,12 +214,13 @@ def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:
         if limit is not None:
             out[clean_prob <= limit] = NOISY
         return out
-    clean_above = np.full(len(clean_prob), cut["clean_above"])
-    noisy_below = np.full(len(clean_prob), cut["noisy_below"])
+    above, below = fit_cut(fit).thresholds()  # the recall bands as the fit sample set them
+    clean_above = np.full(len(clean_prob), above)
+    noisy_below = np.full(len(clean_prob), below)
     if cut["rare_clean_above"] is not None:
         rare = counts <= cut["rare_count"]
         clean_above[rare] = cut["rare_clean_above"]
-        noisy_below[rare] = min(cut["noisy_below"], cut["rare_clean_above"])
+        noisy_below[rare] = min(below, cut["rare_clean_above"])
     out[clean_prob < clean_above] = VAGUE
     out[clean_prob < noisy_below] = NOISY
     return out

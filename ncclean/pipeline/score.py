@@ -220,6 +220,8 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
         raise ValueError(f"method {method!r} returned {clean_prob.shape} scores for "
                          f"{features.n_pairs} pairs")
     resolved = cut.with_estimate(result.noise_rate, method)
+    if result.partition is None:  # a method that draws its own partitions uses no band
+        resolved = resolved.with_recall(clean_prob)
 
     staged = time.perf_counter()
     counts = caption_counts(features.text_group)

@@ -111,8 +111,10 @@ def html_report(scored: Scored, *, image_col: str = "image", caption_col: str = 
 
 def _run_table(side: dict, counts: dict[str, int], n: int, estimate) -> str:
     cut = side.get("cut") or {}
+    clean_above, noisy_below = _thresholds(cut)
     rows = [("method", side.get("method", "?")), ("seed", side.get("seed", "?")),
-            ("clean at or above", cut.get("clean_above")), ("noisy below", cut.get("noisy_below")),
+            ("clean at or above", clean_above), ("noisy below", noisy_below),
+            ("the recall bands", _bands(cut)),
             ("cut by noise rate", cut.get("noise_rate")),
             ("clean at or above, captions seen at most "
              f"{cut.get('rare_count')} times", cut.get("rare_clean_above"))]
@@ -143,11 +145,30 @@ def _probability_chart(scored: Scored, side: dict) -> str:
     top = max(1.0, float(np.sum([c for _, _, c in layers], axis=0).max()))
     chart = Chart(0, 1, top * 1.05, "clean_prob", "pairs")
     chart.stacked_bars(edges, layers)
-    cut = side.get("cut") or {}
-    for key in ("noisy_below", "clean_above"):
-        if isinstance(cut.get(key), (int, float)) and cut.get("noise_rate") is None:
-            chart.marker(cut[key], f"{key} {cut[key]}")
+    clean_above, noisy_below = _thresholds(side.get("cut") or {})
+    for key, value in (("noisy_below", noisy_below), ("clean_above", clean_above)):
+        if value is not None:
+            chart.marker(value, f"{key} {value:.4g}")
     return chart.svg()
+
+
+def _bands(cut: dict) -> str | None:
+    """The recall bands of a sidecar's cut in words, ``None`` where there were none."""
+    from ncclean.options import Cut
+
+    if cut.get("recall_clean_above") is None and cut.get("recall_noisy_below") is None:
+        return None
+    return Cut.from_record(cut).describe_bands()
+
+
+def _thresholds(cut: dict) -> tuple[float | None, float | None]:
+    """``(clean_above, noisy_below)`` in force for a sidecar's cut (the recall bands
+    included), ``(None, None)`` for a noise-rate cut or none."""
+    from ncclean.options import Cut
+
+    if not isinstance(cut.get("clean_above"), (int, float)) or cut.get("noise_rate") is not None:
+        return None, None
+    return Cut.from_record(cut).thresholds()
 
 
 def _gaussian(x: np.ndarray, mean: float, var: float) -> np.ndarray:

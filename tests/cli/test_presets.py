@@ -68,3 +68,25 @@ def test_a_preset_with_cut_options_is_one_line_and_exit_2(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--preset train sets the cut, so --clean-above would be ignored" in err
     assert not (tmp_path / "out.parquet").exists()
+
+
+def test_the_recall_bands_are_options_of_score_and_zero_turns_one_off(tmp_path, capsys):
+    source = vectors(tmp_path / "in.parquet")
+    out = str(tmp_path / "out.parquet")
+
+    def cut(*options):
+        assert main(["score", str(source), "-o", out, *CLIP, *options]) == 0
+        return json.loads((tmp_path / "out.parquet.json").read_text())["cut"]
+
+    default = cut()
+    assert (default["noisy_recall"], default["review_recall"]) == (0.5, 0.9)
+    assert default["recall_clean_above"] is not None
+    off = cut("--review-recall", "0", "--noisy-recall", "0")
+    assert off["review_recall"] is None and off["recall_clean_above"] is None
+    assert cut("--review-recall", "0.7")["review_recall"] == 0.7
+    assert main(["score", str(source), "-o", out, *CLIP, "--noisy-recall", "0.8",
+                 "--review-recall", "0.6"]) == 2
+    assert "--noisy-recall (0.8) <= --review-recall (0.6)" in capsys.readouterr().err
+    assert main(["score", str(source), "-o", out, *CLIP, "--preset", "train",
+                 "--review-recall", "0.9"]) == 2
+    assert "--review-recall would be ignored" in capsys.readouterr().err

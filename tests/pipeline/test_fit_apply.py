@@ -144,9 +144,14 @@ def test_gmm_puts_its_sample_on_the_held_out_scale(tmp_path):
     assert fit.meta["noise_rate"] == fit.meta["mixture"]["noise_rate"]
     from ncclean.data.results import PARTITIONS
     from ncclean.data.shards import pair_keys
+    from ncclean.options import Cut
+    from ncclean.stages.partition import recall_threshold
 
     parts = np.asarray(PARTITIONS, dtype=object)[fit.arrays["sample.partition"]]
-    assert ((parts == "noisy") == (prob < 0.5)).all()  # the cut of the new clean_prob
+    # the cut of the new clean_prob: its recall bands resolved again on the held-out scale
+    assert fit.meta["cut"]["recall_noisy_below"] == recall_threshold(prob, 0.5)
+    _, noisy_below = Cut.from_record(fit.meta["cut"]).thresholds()
+    assert ((parts == "noisy") == (prob < noisy_below)).all()
     out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
     keys = pair_keys(out.column("id"))
     fitted = np.isin(keys, fit.arrays["sample.key"])
@@ -187,3 +192,31 @@ def test_applied_pairs_of_a_discounted_caption_lose_what_the_sample_lost(tmp_pat
     assert discount[collection][0] > 0 and np.all(discount[applied & ~collection] == 0)
     prob = np.asarray(out.column("clean_prob").to_pylist())
     assert prob[applied & collection].mean() < 0.8 < prob[applied & ~collection].mean()
+
+
+def test_applied_pairs_are_cut_where_the_sample_set_the_recall_bands(tmp_path):
+    from ncclean.options import Cut
+
+    # captions only loosely like their images: little noise expected, spread over many pairs
+    rng = np.random.default_rng(8)
+    image = rng.normal(size=(600, 16)).astype(np.float32)
+    text = (image + 2.0 * rng.normal(size=image.shape)).astype(np.float32)
+    text[:18] = rng.normal(size=(18, 16))
+    table = pa.table({"id": [f"p{k}" for k in range(600)],
+                      "caption": [f"caption {k}" for k in range(600)],
+                      "img": pa.array(list(image), pa.list_(pa.float32())),
+                      "txt": pa.array(list(text), pa.list_(pa.float32()))})
+    write_shards(table, tmp_path / "in", 3)
+    run(tmp_path / "in", tmp_path / "out", fit_sample=200, save_fit=tmp_path / "fit")
+    cut = Cut.from_record(load_fit(tmp_path / "fit").meta["cut"])
+    clean_above, noisy_below = cut.thresholds()
+    assert clean_above > 0.8 and noisy_below > 0.5  # both bands reach past the thresholds
+    out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
+    prob = np.asarray(out.column("clean_prob").to_pylist(), dtype=np.float64)
+    parts = np.asarray(out.column("partition").to_pylist(), dtype=object)
+    flagged = np.isin(parts, ["vague", "noisy"])
+    # float32 on disk: pairs within rounding of a threshold may fall either side
+    clear = np.abs(prob - clean_above) > 1e-6
+    assert (flagged[clear] == (prob < clean_above)[clear]).all()
+    clear = np.abs(prob - noisy_below) > 1e-6
+    assert ((parts == "noisy")[clear] == (prob < noisy_below)[clear]).all()

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from ncclean.errors import BadOptionError
-from ncclean.stages.partition import Cut, caption_counts, partition
+from ncclean.stages.partition import Cut, caption_counts, partition, recall_threshold
 
 
 def test_default_cut_is_the_single_half():
@@ -51,3 +51,57 @@ def test_rare_captions_are_clean_from_their_own_threshold():
 def test_bad_cuts(kwargs):
     with pytest.raises(BadOptionError):
         Cut(**kwargs)
+
+
+def test_recall_threshold_reaches_the_pairs_that_hold_that_share_of_the_expected_noise():
+    # expected noisy pairs: 0.9 + 0.5 + 0.4 + 0.2 = 2.0 (the 1.0 adds nothing)
+    prob = np.array([0.8, 0.1, 1.0, 0.6, 0.5])
+    assert np.flatnonzero(prob < recall_threshold(prob, 0.45)).tolist() == [1]  # 0.9 >= 0.9
+    assert np.flatnonzero(prob < recall_threshold(prob, 0.46)).tolist() == [1, 4]  # 1.4
+    assert np.flatnonzero(prob < recall_threshold(prob, 0.9)).tolist() == [1, 3, 4]  # 1.8
+    assert np.flatnonzero(prob < recall_threshold(prob, 0.95)).tolist() == [0, 1, 3, 4]
+    assert np.flatnonzero(prob < recall_threshold(prob, 1.0)).tolist() == [0, 1, 3, 4]
+    assert recall_threshold(np.ones(4), 0.9) == 0.0  # no noise expected: nothing flagged
+    assert recall_threshold(np.array([]), 0.9) == 0.0
+    tied = np.array([0.2, 0.2, 0.9])
+    assert np.flatnonzero(tied < recall_threshold(tied, 0.1)).tolist() == [0, 1]
+
+
+def test_recall_bands_widen_noisy_and_vague_but_never_narrow_them():
+    # a corpus whose scores expect little noise, spread thin: the thresholds flag nothing
+    prob = np.array([0.55, 0.7, 0.75, 0.85, 0.9, 0.95, 0.99, 0.99, 1.0, 1.0])
+    plain = partition(prob, Cut(0.5, 0.5))
+    assert (plain == "noisy").sum() == 0
+    cut = Cut(0.5, 0.5, noisy_recall=0.5, review_recall=0.9).with_recall(prob)
+    out = partition(prob, cut)
+    expected = np.cumsum(np.sort(1 - prob)[::-1])  # lowest clean_prob first
+    assert out.tolist()[:2] == ["noisy", "noisy"]  # 0.45 + 0.3 >= half of 1.52
+    assert expected[1] >= 0.5 * expected[-1] > expected[0]
+    assert (out == "vague").sum() == 3  # with noisy they hold >= 90%
+    assert cut.thresholds() == (cut.recall_clean_above, cut.recall_noisy_below)
+    # where the thresholds reach further, they stand
+    wide = Cut(0.96, 0.8, noisy_recall=0.5, review_recall=0.9).with_recall(prob)
+    assert wide.thresholds() == (0.96, 0.8)
+    # an unresolved cut is resolved on the scores it cuts
+    assert partition(prob, Cut(0.5, 0.5, noisy_recall=0.5, review_recall=0.9)).tolist() == \
+        out.tolist()
+
+
+def test_recall_bands_check_themselves_and_leave_share_cuts_alone():
+    from ncclean.options import DEFAULT_CUT, preset_cut
+
+    with pytest.raises(BadOptionError, match="noisy-recall"):
+        Cut(noisy_recall=0.95, review_recall=0.9)
+    with pytest.raises(BadOptionError, match="must lie in"):
+        Cut(review_recall=0.0)
+    with pytest.raises(BadOptionError, match="give one or the other"):
+        Cut(noise_rate=0.2, review_recall=0.8)
+    from dataclasses import replace
+
+    assert replace(DEFAULT_CUT, noise_rate=0.2).review_recall is None  # the default's bands
+    assert preset_cut("train").review_recall is None  # measured without them
+    assert preset_cut("review") == replace(DEFAULT_CUT, preset="review")
+    resolved = DEFAULT_CUT.with_recall(np.array([0.1, 0.9, 0.99]))
+    from ncclean.records import as_record
+
+    assert Cut.from_record(as_record(resolved) | {"by": "cut"}) == resolved
