@@ -104,22 +104,7 @@ class Cut:
     recall_clean_above: float | None = None
 
     def __post_init__(self) -> None:
-        if self.noise_rate is not None and (self.noisy_recall, self.review_recall) \
-                == _DEFAULT_RECALL:  # the default's bands, not asked for: a share cut has none
-            object.__setattr__(self, "noisy_recall", None)
-            object.__setattr__(self, "review_recall", None)
-        for name in ("noisy_recall", "review_recall"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 < value <= 1.0:
-                raise BadOptionError(f"--{name.replace('_', '-')} must lie in (0, 1] (0 on the "
-                                     f"command line turns it off), got {value}")
-        if None not in (self.noisy_recall, self.review_recall) \
-                and self.noisy_recall > self.review_recall:
-            raise BadOptionError(f"need --noisy-recall ({self.noisy_recall}) <= --review-recall "
-                                 f"({self.review_recall}): noisy is part of what is flagged")
-        if self.noise_rate is not None and (self.noisy_recall, self.review_recall) != (None, None):
-            raise BadOptionError("--noise-rate cuts by a share; --noisy-recall and "
-                                 "--review-recall widen thresholds, so give one or the other")
+        self._check_recall()
         if not 0.0 <= self.noisy_below <= self.clean_above <= 1.0:
             raise BadOptionError(
                 f"need 0 <= --noisy-below ({self.noisy_below}) <= --clean-above "
@@ -143,6 +128,35 @@ class Cut:
                     f"need 0 <= --rare-clean-above ({self.rare_clean_above}) <= --clean-above "
                     f"({self.clean_above})")
         _at_least("--rare-count", self.rare_count, 1)
+
+    def _check_recall(self) -> None:
+        """The recall bands belong to the review cut: a share cut (``noise_rate``) and a
+        training cut (``rare_clean_above``) drop a band left at the default's value and refuse
+        any other; the resolved thresholds exist only beside their band."""
+        other = "--noise-rate" if self.noise_rate is not None else (
+            "--rare-clean-above" if self.rare_clean_above is not None else None)
+        for name, default, reached in (("noisy_recall", _DEFAULT_RECALL[0], "recall_noisy_below"),
+                                       ("review_recall", _DEFAULT_RECALL[1],
+                                        "recall_clean_above")):
+            value, flag = getattr(self, name), "--" + name.replace("_", "-")
+            if other is not None and value == default:  # the default's band, not asked for
+                object.__setattr__(self, name, value := None)
+            if value is not None and not 0.0 < value <= 1.0:
+                raise BadOptionError(f"{flag} must lie in (0, 1] (0 on the command line turns "
+                                     f"it off), got {value}")
+            if value is not None and other is not None:
+                raise BadOptionError(f"{flag} widens the review cut's thresholds; {other} makes "
+                                     "another cut, so give one or the other")
+            if value is None:
+                object.__setattr__(self, reached, None)  # no band, no threshold of one
+            elif getattr(self, reached) is not None and not 0.0 <= getattr(self, reached) <= 1.0:
+                raise ValueError(f"{reached} must lie in [0, 1], got {getattr(self, reached)}")
+        if None not in (self.noisy_recall, self.review_recall) \
+                and self.noisy_recall > self.review_recall:
+            raise BadOptionError(
+                f"need --noisy-recall ({self.noisy_recall}) <= --review-recall "
+                f"({self.review_recall}; the defaults are {_DEFAULT_RECALL[0]} and "
+                f"{_DEFAULT_RECALL[1]}): noisy is part of what is flagged")
 
     @property
     def auto(self) -> bool:

@@ -150,7 +150,7 @@ def _describe_cut(cut) -> str:
 
     resolved = Cut.from_record(cut)
     clean_above, noisy_below = resolved.thresholds()
-    text = f"noisy < {noisy_below:.4g}, clean >= {clean_above:.4g}"
+    text = f"noisy < {noisy_below:.6g}, clean >= {clean_above:.6g}"
     if (resolved.recall_clean_above, resolved.recall_noisy_below) != (None, None):
         text += f" ({resolved.describe_bands()})"
     if cut.get("rare_clean_above") is not None:

@@ -54,7 +54,8 @@ def score(
     = 0,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     clean_above: Annotated[float | None, typer.Option(
-        min=0.0, max=1.0, help="clean_prob at or above this is clean [default: 0.8].",
+        min=0.0, max=1.0, help="clean_prob at or above this is clean, unless the review band "
+        "reaches higher [default: 0.8].",
         rich_help_panel="Partition", show_default=False)] = None,
     noisy_below: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="clean_prob below this is noisy; between the two is vague "
@@ -78,9 +79,10 @@ def score(
         show_default=False)] = None,
     preset: Annotated[Literal["review", "gate", "train"] | None, typer.Option(
         help="What the output is for; sets the cut (not with the options above) and what "
-        "'retrain' trains on: review = the thresholds [default]; gate = the noisy partition is "
-        "the method's estimated share, for 'check'; train = rare captions clean from 0.3, "
-        "retrain on clean_significant (docs/thresholds.md).", rich_help_panel="Partition",
+        "'retrain' trains on: review = the thresholds and recall bands [default]; gate = the "
+        "noisy partition is the method's estimated share, for 'check'; train = rare captions "
+        "clean from 0.3, retrain on clean_significant (docs/thresholds.md).",
+        rich_help_panel="Partition",
         show_default=False)] = None,
     rare_count: Annotated[int, typer.Option(
         min=1, help="How many times a caption may occur among the valid pairs and still count "
@@ -206,7 +208,17 @@ def score(
                                  "ignored; give either --preset or the cut options")
         cut = preset_cut(preset, rare_count)
     else:
+        other = "--noise-rate" if noise_rate is not None else (
+            "--rare-clean-above" if rare_clean_above is not None else None)
+        bands = [("--noisy-recall", noisy_recall), ("--review-recall", review_recall)]
+        given_bands = [name for name, value in bands if value]
+        if other and given_bands:
+            raise BadOptionError(f"{given_bands[0]} widens the review cut's thresholds; {other} "
+                                 "makes another cut, so give one or the other")
+
         def recall(given: float | None, default: float | None) -> float | None:
+            if other:
+                return None  # a share cut or a training cut has no bands
             return default if given is None else (given or None)  # 0 turns a band off
 
         cut = Cut(clean_above=DEFAULT_CUT.clean_above if clean_above is None else clean_above,

@@ -49,6 +49,7 @@ from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
 from ncclean.options import Cut
 from ncclean.pipeline.fit import Fit, FitError
 from ncclean.stages.index import over_budget
+from ncclean.stages.partition import as_written
 from ncclean.train.scoring import Embeddings
 
 _BLOCK = 512  # rows per block: a block against a 20,000-entry pool is 40 MB per matrix
@@ -221,8 +222,9 @@ def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:
         rare = counts <= cut["rare_count"]
         clean_above[rare] = cut["rare_clean_above"]
         noisy_below[rare] = min(below, cut["rare_clean_above"])
-    out[clean_prob < clean_above] = VAGUE
-    out[clean_prob < noisy_below] = NOISY
+    written = as_written(clean_prob)
+    out[written < clean_above] = VAGUE
+    out[written < noisy_below] = NOISY
     return out
 
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from ncclean.errors import BadOptionError, FitError
 
-FORMAT = "ncclean-fit/1"
+FORMAT = "ncclean-fit/2"  # /2: the cut's recall bands (an older ncclean would ignore them)
+READS = ("ncclean-fit/1", FORMAT)  # a /1 fit has no bands: its thresholds as they were
 APPLIES = ("clip", "gmm")  # methods that can score a pair they did not train on
 JSON_NAME, ARRAYS_NAME, MATCHER_NAME = "fit.json", "fit.safetensors", "matcher.safetensors"
 
@@ -125,8 +126,9 @@ def load_fit(path: str | os.PathLike, device: str = "cpu") -> Fit:
         arrays = load_file(str(folder / ARRAYS_NAME))
     except (json.JSONDecodeError, SafetensorError, OSError) as error:
         raise FitError(f"--fit {folder}: cannot read it ({error})") from None
-    if meta.get("format") != FORMAT:
-        raise FitError(f"--fit {folder}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    if meta.get("format") not in READS:
+        raise FitError(f"--fit {folder}: format {meta.get('format')!r}, expected one of "
+                       f"{', '.join(map(repr, READS))}")
     matcher = None
     if (folder / MATCHER_NAME).exists():
         from ncclean.models.checkpoint import load_matcher

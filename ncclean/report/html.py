@@ -113,7 +113,7 @@ def _run_table(side: dict, counts: dict[str, int], n: int, estimate) -> str:
     cut = side.get("cut") or {}
     clean_above, noisy_below = _thresholds(cut)
     rows = [("method", side.get("method", "?")), ("seed", side.get("seed", "?")),
-            ("clean at or above", clean_above), ("noisy below", noisy_below),
+            ("clean at or above", _digits(clean_above)), ("noisy below", _digits(noisy_below)),
             ("the recall bands", _bands(cut)),
             ("cut by noise rate", cut.get("noise_rate")),
             ("clean at or above, captions seen at most "
@@ -159,6 +159,10 @@ def _bands(cut: dict) -> str | None:
     if cut.get("recall_clean_above") is None and cut.get("recall_noisy_below") is None:
         return None
     return Cut.from_record(cut).describe_bands()
+
+
+def _digits(value: float | None) -> str | None:
+    return None if value is None else f"{value:.6g}"
 
 
 def _thresholds(cut: dict) -> tuple[float | None, float | None]:

@@ -32,9 +32,12 @@ the noisy pairs the scores expect (the sum of ``1 - clean_prob``, the method's o
 plentiful and well separated the thresholds already reach that and nothing changes; where the
 scores expect little noise spread over many middling pairs (natural noise: near misses, which
 score above shuffled pairs) the 0.5 and 0.8 thresholds flag a sliver and the bands widen the
-review to the pairs that hold the noise. ``clean_prob`` itself is untouched. Against injected
-noise the expected recall is the recall found: 0.90-0.92 for 0.9 at 20/50/80% with ``clip``
-(``benchmarks/results/natural-noise.md``, "Recall bands").
+review to the pairs that hold the noise. ``clean_prob`` itself is untouched, and pairs are cut
+at the precision the output holds it (float32), so the file agrees with its recorded thresholds.
+Against injected noise the recall promised is the recall found, and on natural noise the bands
+are what puts the real mismatches under review (``benchmarks/results/natural-noise.md``,
+"Recall bands"). They belong to the review cut: a noise-rate cut and ``rare_clean_above`` (a
+training cut) have none.
 
 Every clean pair leaves here as ``clean_significant``; the significance stage
 (:mod:`ncclean.stages.significance`) then moves the insignificant ones to
@@ -48,7 +51,7 @@ import numpy as np
 from ncclean.data.results import CLEAN_SIGNIFICANT, NOISY, VAGUE
 from ncclean.options import Cut
 
-__all__ = ["Cut", "caption_counts", "partition", "recall_threshold"]
+__all__ = ["Cut", "as_written", "caption_counts", "partition", "recall_threshold"]
 
 
 def caption_counts(text_group: np.ndarray) -> np.ndarray:
@@ -63,13 +66,19 @@ def recall_threshold(clean_prob: np.ndarray, recall: float) -> float:
     ``recall`` of the expected noisy pairs, ``sum(1 - clean_prob)`` over the finite
     ``clean_prob`` (``(n,)``); 0.0 when the scores expect no noise. Equal scores fall on the
     same side."""
-    values = np.sort(np.asarray(clean_prob, dtype=np.float64))
-    values = values[np.isfinite(values)]
-    expected = np.cumsum(1.0 - values)
+    values = np.asarray(clean_prob, dtype=np.float64)
+    values = np.sort(as_written(np.clip(values[np.isfinite(values)], 0.0, 1.0)))
+    expected = np.cumsum(1.0 - values.astype(np.float64))
     if len(values) == 0 or expected[-1] <= 0.0:
         return 0.0
     last = int(np.searchsorted(expected, recall * expected[-1], side="left"))
-    return float(np.nextafter(values[min(last, len(values) - 1)], np.inf))
+    return float(np.nextafter(values[min(last, len(values) - 1)], np.float32(np.inf)))
+
+
+def as_written(clean_prob: np.ndarray) -> np.ndarray:
+    """``clean_prob`` at the precision the output holds it (float32), so that a pair's
+    partition agrees with the value a reader compares to the recorded thresholds."""
+    return np.asarray(clean_prob).astype(np.float32)
 
 
 def partition(clean_prob: np.ndarray, cut: Cut = Cut(),
@@ -97,6 +106,7 @@ def partition(clean_prob: np.ndarray, cut: Cut = Cut(),
         rare = np.asarray(counts) <= cut.rare_count
         clean_above[rare] = cut.rare_clean_above
         noisy_below[rare] = min(below, cut.rare_clean_above)
-    out[clean_prob < clean_above] = VAGUE
-    out[clean_prob < noisy_below] = NOISY
+    written = as_written(clean_prob)
+    out[written < clean_above] = VAGUE
+    out[written < noisy_below] = NOISY
     return out

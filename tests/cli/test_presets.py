@@ -86,7 +86,12 @@ def test_the_recall_bands_are_options_of_score_and_zero_turns_one_off(tmp_path, 
     assert cut("--review-recall", "0.7")["review_recall"] == 0.7
     assert main(["score", str(source), "-o", out, *CLIP, "--noisy-recall", "0.8",
                  "--review-recall", "0.6"]) == 2
-    assert "--noisy-recall (0.8) <= --review-recall (0.6)" in capsys.readouterr().err
+    assert "need --noisy-recall (0.8) <= --review-recall (0.6;" in capsys.readouterr().err
     assert main(["score", str(source), "-o", out, *CLIP, "--preset", "train",
                  "--review-recall", "0.9"]) == 2
     assert "--review-recall would be ignored" in capsys.readouterr().err
+    shared = cut("--noise-rate", "0.2", "--review-recall", "0")  # a share cut has no bands
+    assert shared["noisy_recall"] is None and shared["review_recall"] is None
+    assert main(["score", str(source), "-o", out, *CLIP, "--rare-clean-above", "0.3",
+                 "--review-recall", "0.9"]) == 2
+    assert "--rare-clean-above makes another cut" in capsys.readouterr().err

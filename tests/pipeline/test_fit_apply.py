@@ -220,3 +220,22 @@ def test_applied_pairs_are_cut_where_the_sample_set_the_recall_bands(tmp_path):
     assert (flagged[clear] == (prob < clean_above)[clear]).all()
     clear = np.abs(prob - noisy_below) > 1e-6
     assert ((parts == "noisy")[clear] == (prob < noisy_below)[clear]).all()
+
+
+def test_a_fit_of_the_first_format_applies_without_bands_and_others_are_refused(tmp_path):
+    from ncclean.errors import FitError
+
+    pq.write_table(vector_table(240), tmp_path / "in.parquet")
+    run(tmp_path / "in.parquet", tmp_path / "one.parquet", save_fit=tmp_path / "fit",
+        fit_sample=1000)
+    path = tmp_path / "fit" / "fit.json"
+    meta = json.loads(path.read_text())
+    assert meta["format"] == "ncclean-fit/2" and "recall_clean_above" in meta["cut"]
+    meta["format"] = "ncclean-fit/1"  # written before the bands: no band keys in its cut
+    meta["cut"] = {k: v for k, v in meta["cut"].items() if "recall" not in k}
+    path.write_text(json.dumps(meta))
+    assert load_fit(tmp_path / "fit").meta["cut"].get("review_recall") is None
+    run(tmp_path / "in.parquet", tmp_path / "applied.parquet", fit=tmp_path / "fit")
+    path.write_text(json.dumps(meta | {"format": "ncclean-fit/9"}))
+    with pytest.raises(FitError, match="expected one of"):
+        load_fit(tmp_path / "fit")

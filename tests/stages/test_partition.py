@@ -99,9 +99,34 @@ def test_recall_bands_check_themselves_and_leave_share_cuts_alone():
     from dataclasses import replace
 
     assert replace(DEFAULT_CUT, noise_rate=0.2).review_recall is None  # the default's bands
+    share = replace(DEFAULT_CUT, noise_rate=0.2, review_recall=None)  # one band turned off
+    assert (share.noisy_recall, share.review_recall) == (None, None)
+    training = replace(DEFAULT_CUT, rare_clean_above=0.3)  # a training cut has none either
+    assert (training.noisy_recall, training.review_recall) == (None, None)
+    assert replace(training, preset="train") == preset_cut("train")
+    with pytest.raises(BadOptionError, match="--rare-clean-above makes another cut"):
+        Cut(rare_clean_above=0.3, review_recall=0.7)
+    stale = Cut(0.5, 0.5, review_recall=0.9, recall_clean_above=0.97, recall_noisy_below=0.6)
+    assert stale.recall_noisy_below is None  # no band, no threshold of one
+    assert stale.thresholds() == (0.97, 0.5)
     assert preset_cut("train").review_recall is None  # measured without them
     assert preset_cut("review") == replace(DEFAULT_CUT, preset="review")
     resolved = DEFAULT_CUT.with_recall(np.array([0.1, 0.9, 0.99]))
     from ncclean.records import as_record
 
     assert Cut.from_record(as_record(resolved) | {"by": "cut"}) == resolved
+
+
+def test_pairs_are_cut_at_the_precision_the_file_holds():
+    # 0.8 - 1e-12 is written as float32 0.8: clean in the file, so clean here
+    assert partition(np.array([0.8 - 1e-12, 0.5 - 1e-12]), Cut(0.8, 0.5)).tolist() == [
+        "clean_significant", "vague"]
+    rng = np.random.default_rng(0)
+    prob = rng.beta(8, 1, size=2000)
+    cut = Cut(0.5, 0.5, noisy_recall=0.5, review_recall=0.9).with_recall(prob)
+    parts = partition(prob, cut)
+    written = prob.astype(np.float32).astype(np.float64)  # what a reader of the file sees
+    clean_above, noisy_below = cut.thresholds()
+    assert (np.isin(parts, ["vague", "noisy"]) == (written < clean_above)).all()
+    assert ((parts == "noisy") == (written < noisy_below)).all()
+    assert recall_threshold(np.array([2.0, -1.0, 0.5]), 0.9) <= 1.0  # out-of-range scores
