@@ -1,0 +1,55 @@
+"""Issue 37's pseudo-caption measure: how many noisy pairs get a suggestion, and whether the
+suggestions come from the image's own kind of picture.
+
+For a scored clip-art file (its rows keep the corpus's ``category`` column, which stays with the
+image when noise is injected with ``--move-with-image category``), prints one JSON line per
+file:
+
+- ``suggested``: the share of ``noisy`` pairs with a ``pseudo_caption`` (the bar: 80%);
+- ``own_category``: among those, the share whose donor pair's image has the same top-level
+  category as the noisy pair's image (``computer/icons/...`` -> ``computer``);
+- ``random_clean``: the same share for a clean caption drawn at random (seeded) for each of
+  them, and ``ratio`` = own_category / random_clean (the bar: at least 2).
+
+    python benchmarks/pseudo_captions.py scored.parquet [more scored files ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+
+CLEAN = ("clean_significant", "clean_insignificant")
+
+
+def top_level(categories: list) -> np.ndarray:
+    return np.array([(c or "").split("/")[0] for c in categories], dtype=object)
+
+
+def pseudo_caption_metrics(path: str, seed: int = 0) -> dict:
+    table = pq.read_table(path, columns=["id", "category", "partition", "pseudo_caption_id"])
+    ids = table.column("id").to_pylist()
+    where = {pair_id: row for row, pair_id in enumerate(ids)}
+    category = top_level(table.column("category").to_pylist())
+    part = np.array(table.column("partition").to_pylist(), dtype=object)
+    donor_ids = table.column("pseudo_caption_id").to_pylist()
+    noisy = np.flatnonzero(part == "noisy")
+    suggested = np.array([k for k in noisy if donor_ids[k] is not None], dtype=np.int64)
+    donors = np.array([where[donor_ids[k]] for k in suggested], dtype=np.int64)
+    clean = np.flatnonzero(np.isin(part, CLEAN))
+    drawn = np.random.default_rng(seed).choice(clean, size=len(suggested)) \
+        if len(clean) and len(suggested) else np.zeros(0, dtype=np.int64)
+    own = float(np.mean(category[donors] == category[suggested])) if len(suggested) else None
+    random = float(np.mean(category[drawn] == category[suggested])) if len(suggested) else None
+    return {"file": path, "noisy": int(len(noisy)), "with_suggestion": int(len(suggested)),
+            "suggested": len(suggested) / len(noisy) if len(noisy) else None,
+            "own_category": own, "random_clean": random,
+            "ratio": own / random if own is not None and random else None}
+
+
+if __name__ == "__main__":
+    for scored in sys.argv[1:]:
+        print(json.dumps(pseudo_caption_metrics(scored)))
