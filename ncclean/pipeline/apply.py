@@ -199,12 +199,6 @@ def pool_losses(fit: Fit, features, embeddings: Embeddings) -> np.ndarray:
     return losses
 
 
-def fit_cut(fit: Fit) -> Cut:
-    """The fit's resolved :class:`~ncclean.options.Cut`, from its record (a fit saved before
-    the recall bands has none)."""
-    return Cut.from_record(fit.meta["cut"])
-
-
 def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Partition names by the fit's resolved cut (see the module docstring); ``counts``: each
     pair's caption count (:func:`caption_counts`)."""
@@ -215,7 +209,7 @@ def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:
         if limit is not None:
             out[clean_prob <= limit] = NOISY
         return out
-    above, below = fit_cut(fit).thresholds()  # the recall bands as the fit sample set them
+    above, below = Cut.from_record(cut).thresholds()  # with the bands the fit sample set
     clean_above = np.full(len(clean_prob), above)
     noisy_below = np.full(len(clean_prob), below)
     if cut["rare_clean_above"] is not None:

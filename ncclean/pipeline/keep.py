@@ -203,7 +203,8 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     ``benchmarks/results/scale.md``). The one pass's values stay in ``sample.one_pass_prob``
     and its noise estimate in ``one_pass_noise_rate``; the run's is the held-out mixture's.
     """
-    from ncclean.pipeline.apply import _cut, _donors, _significance, caption_counts, fit_cut
+    from ncclean.options import Cut
+    from ncclean.pipeline.apply import _cut, _donors, _significance, caption_counts
 
     corpus, features, result = state["corpus"], state["features"], state["result"]
     ids = corpus.ids.to_pylist()
@@ -220,7 +221,8 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     n = sub.n_pairs
     caption_key = text_keys([corpus.captions[features.rows[k]] for k in order])
     counts = caption_counts(fit, caption_key)
-    fit.meta["cut"] = as_record(fit_cut(fit).with_recall(clean_prob))  # bands on the new scale
+    resolved = Cut.from_record(fit.meta["cut"]).with_recall(clean_prob)  # on the new scale
+    fit.meta["cut"] = as_record(resolved)
     parts = _cut(fit, clean_prob, counts)
     significance = np.full(n, np.nan)
     donor = np.full(n, -1, dtype=np.int64)
