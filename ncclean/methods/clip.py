@@ -139,10 +139,15 @@ class Clip(Method):
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
         matcher = alignment = space = raw = moments = None
-        if self.conventions == "discount" and self.align == "none":
-            raise BadOptionError("conventions=discount needs a CCA (align cca or auto): only a "
-                                 "space fitted on the corpus learns its captions' conventions")
-        if context.initial is not None or (config is not None and config.starts_pretrained):
+        pretrained = context.initial is not None or (config is not None
+                                                     and config.starts_pretrained)
+        if self.conventions == "discount" and not (
+                not pretrained and raw_source(config) is not None and self._fits_cca(features)):
+            # before any work: a matcher warmed up from scratch would train first
+            raise BadOptionError("conventions=discount needs a CCA fitted on the corpus (two "
+                                 "vector columns, align cca or auto): only such a space learns "
+                                 "its captions' conventions")
+        if pretrained:
             matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
             if context.initial is None:  # a pretrained CLIP: not fitted on this corpus
@@ -175,9 +180,6 @@ class Clip(Method):
             caption_discount = _repeated_captions(discount, features)
             space = _discounted(space, caption_discount)  # shuffled pairs keep their caption's
             report["conventions"] = _describe_discount(discount, features.text_group)
-        elif self.conventions == "discount":
-            raise BadOptionError("conventions=discount needs a CCA: these embeddings were not "
-                                 "fitted on the corpus, so they learnt none of its conventions")
         null: NullEstimate | None = None
         if space is not None and alignment is not None and self._cross_fits(features):
             null = null_noise_rate(space, features.image_group, features.text_group,
@@ -222,6 +224,12 @@ class Clip(Method):
         width = features.image_data.shape[1] + features.text_data.shape[1]
         return features.n_pairs < CROSS_FIT_WIDTHS * width
 
+    def _fits_cca(self, features: Features) -> bool:
+        """Whether ``align`` asks for a CCA on these vector columns: ``cca``, or ``auto`` when
+        their widths differ."""
+        widths = features.image_data.shape[1], features.text_data.shape[1]
+        return self.align == "cca" or (self.align == "auto" and widths[0] != widths[1])
+
     def _aligned(self, embeddings: Embeddings, features: Features) \
             -> tuple[Embeddings, Alignment | None, PairSums | None]:
         """The embeddings in a CCA space fitted on the pairs, with the fit and the pairs'
@@ -233,7 +241,7 @@ class Clip(Method):
                 f"the image and caption vectors have different widths ({widths[0]} and "
                 f"{widths[1]}), so they share no space to take a cosine in; use -p align=cca "
                 "(or leave align at auto) to fit one on the corpus")
-        if self.align == "none" or (self.align == "auto" and widths[0] == widths[1]):
+        if not self._fits_cca(features):
             return embeddings, None, None
         moments = pair_sums(embeddings.images, embeddings.texts, features.image_group,
                             features.text_group)

@@ -95,3 +95,19 @@ def test_discounting_needs_a_space_fitted_on_the_corpus(tmp_path, rng):
         api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
                   columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
                   params={"conventions": "discount"})
+
+
+def test_discounting_is_refused_before_a_matcher_is_warmed_up(tmp_path, monkeypatch):
+    import ncclean.methods.clip as clip_module
+    from tests.helpers import retrain_corpus
+
+    corpus = retrain_corpus(tmp_path)
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained before refusing")
+
+    monkeypatch.setattr(clip_module, "warmed_matcher", never)
+    with pytest.raises(BadOptionError, match="conventions=discount needs a CCA"):
+        api.score(corpus / "noisy.parquet", tmp_path / "o.parquet", method="clip",
+                  image_encoder="pixels", text_encoder="tokens", cache_dir=False,
+                  params={"conventions": "discount"})
