@@ -240,7 +240,8 @@ class MethodResult:
     in a space of the method's own; ``partition`` (``(n_pairs,)`` names: ``noisy``, ``vague``,
     ``clean_significant``) when the method draws its own partitions instead of the cut on
     ``clean_prob`` (SDD); ``significance`` the significance mode the method asks for when the
-    user chose none.
+    user chose none; ``alignment`` the CCA the method fitted on the pairs (``clip``), which a
+    saved fit keeps for the pairs it applies to.
     """
 
     clean_prob: np.ndarray
@@ -252,6 +253,7 @@ class MethodResult:
     donor_space: Any = None
     partition: Any = None
     significance: str | None = None
+    alignment: Any = None
 
 
 @dataclass

@@ -215,7 +215,7 @@ class Clip(Method):
             report["mixture"] = fit.as_dict()
         return MethodResult(clean_prob=clean_prob, columns=columns,
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
-                            report=report)
+                            report=report, alignment=alignment)
 
     def _cross_fits(self, features: Features) -> bool:
         """Whether pairs are ranked by CCA fits that did not see them (``rank``)."""

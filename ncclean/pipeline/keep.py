@@ -122,13 +122,8 @@ def _signal(method, features, result, clean_prob: np.ndarray, arrays: dict, meta
     alignment, the repeated captions' discounts, the negative pool). ``caption_key`` ``(n,)
     uint64``: each pair's caption (:func:`~ncclean.data.shards.text_keys`)."""
     if method.name == "clip":
-        if "alignment" in result.report:  # refit the (deterministic) CCA clip fitted
-            from ncclean.methods.align import fit_alignment
-            from ncclean.methods.clip import raw_embeddings
-
-            raw = raw_embeddings(features)
-            alignment = fit_alignment(raw.images, raw.texts, features.image_group,
-                                      features.text_group, method.align_dims, method.align_ridge)
+        alignment = result.alignment  # the CCA clip fitted, kept for the applied pairs
+        if alignment is not None:
             for name in ("image_mean", "text_mean", "image_projection", "text_projection"):
                 arrays[f"align.{name}"] = np.asarray(getattr(alignment, name))
             meta["alignment"] = alignment.describe()
