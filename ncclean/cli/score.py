@@ -217,9 +217,8 @@ def score(
                                  "makes another cut, so give one or the other")
 
         def recall(given: float | None, default: float | None) -> float | None:
-            if other:
-                return None  # a share cut or a training cut has no bands
-            return default if given is None else (given or None)  # 0 turns a band off
+            # 0 turns a band off; Cut drops the default's with a share or training cut
+            return default if given is None else (given or None)
 
         cut = Cut(clean_above=DEFAULT_CUT.clean_above if clean_above is None else clean_above,
                   noisy_below=DEFAULT_CUT.noisy_below if noisy_below is None else noisy_below,
