@@ -8,14 +8,18 @@ inference does. Each piece below is marked **paper**, **intent** (the authors' i
 where the text is silent or ambiguous) or **ours**.
 
 - Heads and discriminators: 3-layer MLPs, hidden 256, LeakyReLU 0.2 (paper). The heads read the
-  matcher's unit joint embeddings times ``sqrt(d)`` and give ``head_dim`` wide vectors, half the
-  matcher's width by default (ours; the paper: 1,024 to 512). ``H`` is the cosine of ``V_S`` and
+  matcher's unit joint embeddings times ``sqrt(d)`` and give ``head_dim`` wide vectors, the
+  matcher's width by default (ours; the paper: 1,024 to 512). ``heads="residual"`` (the default,
+  ours) adds a bias-free linear skip beside each head's MLP, as the vector tower has, so the
+  invariant space starts as a projection of the joint space: a plain MLP head, trained for the
+  few passes a head on fixed vectors gets, ranks noise 0.04-0.05 worse
+  (``benchmarks/results/disncl.md``, "Closing the gap"). ``H`` is the cosine of ``V_S`` and
   ``T_S`` (ours: the paper's is SGRAF's learned similarity).
 - Clean set of a batch (Eq. 2, paper): the mutual in-batch argmax of ``H``, recomputed on every
   training batch; another caption of the same image, or the same caption text, is masked out of
-  both argmaxes (ours, as in every loss here). ``clean_rank=k`` (ours) keeps a pair whose partner
-  is within the top ``k`` both ways: from scratch on clip art, Eq. 2 keeps about 1% of a batch
-  (``benchmarks/results/disncl.md``).
+  both argmaxes (ours, as in every loss here). ``clean_rank=k`` (ours, default 10) keeps a pair
+  whose partner is within the top ``k`` both ways; ``clean_rank=1`` is Eq. 2, which keeps 1-7% of
+  a batch after the short warm-ups here (``benchmarks/results/disncl.md``).
 - ``L_align`` (Eq. 3, paper): hinge on the clean pairs with the soft margin
   ``alpha (m^H_ii - 1) / (m - 1)``, ``H_ii`` detached (intent, as NCR's labels) and clipped to
   [0, 1] (ours: a cosine can be negative). ``robust_loss="hardest"`` is the paper's form; the
@@ -26,8 +30,9 @@ where the text is silent or ambiguous) or **ours**.
   ambiguous: ``soft_loss="reverse"`` (default) is ``-sum_j p_j log y_j`` with ``y`` clipped at
   1e-4, bounded and symmetric, the reading Theorem 3's argument (after Ghosh et al.) needs;
   ``"forward"`` is the usual, unbounded ``-sum_j y_j log p_j``. Eq. 4 zeroes noisy rows, which
-  Eq. 6 skips anyway (``soft_columns="all"``, as written); ``"clean"`` also drops noisy items as
-  candidates from every softmax (intent).
+  Eq. 6 skips anyway (``soft_columns="all"``, as written); ``"clean"`` (the default) also drops
+  noisy items as candidates from every softmax (intent: Eq. 4 restricts the targets to the
+  clean set).
 - ``L_Dis`` (Eq. 1, 9-12) on the clean pairs, ``gamma L_S + (1 - gamma) L_X``: Jensen-Shannon
   estimates with one discriminator per information (paper; eight in all), on concatenated
   vectors, marginals the batch rolled by one without partners sharing an image or caption
@@ -48,13 +53,13 @@ where the text is silent or ambiguous) or **ours**.
   its mean hinge against a fixed pool (as ``gmm``'s division); ``disncl_keep`` the share of
   ``keep_passes`` fixed seeded batchings in which the pair is in the clean set (Eq. 2 made
   deterministic); ``disncl_x_sim`` the exclusive cosine. ``clean_prob``: the shared mixture on
-  ``score`` (``loss``). The report holds, per epoch, the clean-set share, each term's mean and
-  each discriminator's accuracy.
+  ``score`` (``sim`` by default), and with ``final="mean"`` (the default, as ``gmm``'s) the
+  mixture's posterior averaged over the start of every full-loss epoch and the end. The report
+  holds, per epoch, the clean-set share, each term's mean and each discriminator's accuracy.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -62,120 +67,24 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.gmm import schedule
 from ncclean.methods.mixture import fit_clean_posterior
+from ncclean.models.disentangled import (
+    CRITICS,
+    DisentangledMatcher,
+    DisNCLNet,
+    ExclusiveView,
+    jsd_information,
+    reverse_gradient,
+)
 from ncclean.models.features import Features
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import hardest_negative_hinge, mean_hinge, negative_mask, soft_margin
 from ncclean.train.scoring import Embeddings, embed, fixed_batches, kept_dtype, pair_losses
 
 TERMS = ("align", "align+dis", "align+dis+soft", "full")  # Table V's rows, in order
-# name: (first, second, adversarial). F = the matcher's joint embedding, S/X = the heads.
-CRITICS = {"VS_FT": ("VS", "FT", False), "TS_FV": ("TS", "FV", False),
-           "VX_FV": ("VX", "FV", False), "TX_FT": ("TX", "FT", False),
-           "VX_FT": ("VX", "FT", True), "TX_FV": ("TX", "FV", True),
-           "VS_VX": ("VS", "VX", True), "TS_TX": ("TS", "TX", True)}
-
-
-def mlp(d_in: int, d_out: int, hidden: int = 256) -> nn.Sequential:
-    """The paper's 3-layer MLP: Linear, LeakyReLU(0.2), Linear, LeakyReLU(0.2), Linear."""
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.LeakyReLU(0.2),
-                         nn.Linear(hidden, hidden), nn.LeakyReLU(0.2), nn.Linear(hidden, d_out))
-
-
-class _Reverse(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # noqa: ARG004 - autograd's signature
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
-        return -grad
-
-
-def reverse_gradient(x: torch.Tensor) -> torch.Tensor:
-    """Identity forward, negated gradient backward: what lies before it (the encoders) descends
-    on minus the loss that what lies after it (a discriminator) descends on."""
-    return _Reverse.apply(x)
-
-
-class DisentangledMatcher(nn.Module):
-    """A matcher (anything with ``encode_images``, ``encode_texts``, ``embed_dim``, ``config``)
-    and the four heads ``f_S``, ``f_X``, ``g_S``, ``g_X``. ``encode_*`` give ``(B, head_dim)``
-    unit vectors of the invariant part; ``split_*`` give ``(F, S, X)``: the joint embedding and
-    the raw invariant and exclusive head outputs."""
-
-    def __init__(self, backbone: nn.Module, head_dim: int, hidden: int = 256):
-        super().__init__()
-        self.backbone = backbone
-        self.config = backbone.config
-        self.head_dim, self.hidden = head_dim, hidden
-        d = backbone.embed_dim
-        # Unit vectors have coordinates of size 1/sqrt(d): scaled to size 1, the heads' inputs
-        # outweigh their biases at initialisation (else every output is nearly the bias).
-        self.scale = math.sqrt(d)
-        self.image_invariant, self.image_exclusive, self.text_invariant, self.text_exclusive = (
-            mlp(d, head_dim, hidden) for _ in range(4))
-
-    @property
-    def embed_dim(self) -> int:
-        return self.head_dim
-
-    def split_images(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        joint = self.backbone.encode_images(*inputs) * self.scale
-        return joint, self.image_invariant(joint), self.image_exclusive(joint)
-
-    def split_texts(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        joint = self.backbone.encode_texts(*inputs) * self.scale
-        return joint, self.text_invariant(joint), self.text_exclusive(joint)
-
-    def encode_images(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.split_images(*inputs)[1], dim=-1)
-
-    def encode_texts(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.split_texts(*inputs)[1], dim=-1)
-
-    def checkpoint_args(self) -> dict[str, int]:
-        """What :mod:`ncclean.models.checkpoint` rebuilds the heads from, around the backbone."""
-        return {"head_dim": self.head_dim, "hidden": self.hidden}
-
-
-class ExclusiveView(nn.Module):
-    """The exclusive space of a :class:`DisentangledMatcher` as a matcher, for
-    :func:`ncclean.train.scoring.embed`: ``encode_*`` give unit vectors of ``V_X``, ``T_X``."""
-
-    def __init__(self, matcher: DisentangledMatcher):
-        super().__init__()
-        self.matcher = matcher
-        self.embed_dim = matcher.head_dim
-
-    def encode_images(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.matcher.split_images(*inputs)[2], dim=-1)
-
-    def encode_texts(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.matcher.split_texts(*inputs)[2], dim=-1)
-
-
-class DisNCLNet(nn.Module):
-    """What trains: the disentangled matcher and the eight discriminators (:data:`CRITICS`)."""
-
-    def __init__(self, matcher: DisentangledMatcher, hidden: int = 256):
-        super().__init__()
-        self.matcher = matcher
-        def width(part: str) -> int:
-            return matcher.backbone.embed_dim if part[0] == "F" else matcher.head_dim
-
-        self.critics = nn.ModuleDict({name: mlp(width(a) + width(b), 1, hidden)
-                                      for name, (a, b, _) in CRITICS.items()})
-
-    def clip_groups(self) -> list[list[nn.Parameter]]:
-        """The loop clips the encoder and the discriminators each on its own."""
-        return [list(self.matcher.parameters()), list(self.critics.parameters())]
-
-
 def mutual_argmax(sims: torch.Tensor, negatives: torch.Tensor, rank: int = 1) -> torch.Tensor:
     """Eq. 2: ``(B,) bool``, pair ``i`` is the argmax of its row and of its column of ``sims``
     ``(B, B)`` among the valid negatives (:func:`ncclean.train.losses.negative_mask`) and
@@ -213,30 +122,15 @@ def soft_alignment(sims: torch.Tensor, negatives: torch.Tensor, clean: torch.Ten
     return torch.where(clean, total, torch.zeros_like(total))
 
 
-def jsd_information(critic: nn.Module, first: torch.Tensor, second: torch.Tensor,
-                    groups: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
-    """Eq. 9: the Jensen-Shannon estimate ``E_joint[log s(d)] + E_marginal[log(1 - s(d))]`` of
-    the information between ``first`` and ``second`` (rows paired), with the batch rolled by
-    one as marginal samples (partners sharing an image or caption skipped). Returns the estimate
-    (a scalar in ``(-inf, 0]``) and how many of the samples the critic classified right, of how
-    many."""
-    joint = critic(torch.cat([first, second], dim=1)).squeeze(1)
-    images, texts = groups
-    apart = (images != images.roll(1)) & (texts != texts.roll(1))
-    marginal = critic(torch.cat([first, second.roll(1, dims=0)], dim=1)).squeeze(1)[apart]
-    estimate = -F.softplus(-joint).mean()
-    if len(marginal):
-        estimate = estimate - F.softplus(marginal).mean()
-    right = int((joint > 0).sum()) + int((marginal < 0).sum())
-    return estimate, right, len(joint) + len(marginal)
-
-
 class Disentangle(Objective):
     """DisNCL's training: warm-up epochs, then the full loss (see the module docstring)."""
 
-    def __init__(self, features: Features, method: DisNCL, warmup: int, device: str):
+    def __init__(self, features: Features, method: DisNCL, warmup: int, device: str, seed: int):
         self.features, self.m, self.warmup, self.device = features, method, warmup, device
+        self.seed = seed
         self.stage = "warm-up"
+        self.posterior_sum = np.zeros(features.n_pairs)
+        self.divisions = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -252,6 +146,11 @@ class Disentangle(Objective):
     def begin_epoch(self, model: DisNCLNet, epoch: int) -> None:
         self.stage = "warm-up" if epoch < self.warmup else "training"
         self._reset()
+        if epoch >= self.warmup and self.m.final == "mean":
+            model.matcher.eval()
+            self.posterior_sum += self.m.posterior(model.matcher, self.features, self.device,
+                                                   self.seed)[0]
+            self.divisions += 1
 
     def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
         order = rng.permutation(self.features.n_pairs)
@@ -328,6 +227,14 @@ class Disentangle(Objective):
     def end_epoch(self, model: DisNCLNet, epoch: int) -> dict[str, float]:
         return {name: self.sums[name] / max(self.counts[name], 1.0) for name in self.sums}
 
+    def state(self) -> dict[str, np.ndarray]:
+        return {"posterior_sum": self.posterior_sum, "divisions": np.array([self.divisions])}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        if "posterior_sum" in state:
+            self.posterior_sum = state["posterior_sum"].astype(np.float64)
+            self.divisions = int(state["divisions"][0])
+
 
 def keep_share(embeddings: Embeddings, features: Features, batch_size: int, passes: int,
                seed: int, rank: int = 1) -> np.ndarray:
@@ -350,7 +257,7 @@ class DisNCL(Method):
                               "targets in a learned modality-invariant subspace")
     default_rules: ClassVar[dict[str, str]] = {
         "warmup_epochs": "gmm's step rule", "epochs": "gmm's step rule",
-        "head_dim": "half the matcher's width"}
+        "head_dim": "the matcher's width"}
     departures: ClassVar[tuple[str, ...]] = (
         "Similarity is the cosine of the invariant heads' outputs, not SGRAF's learned module.",
         "The default hinge averages over valid negatives (robust_loss=mean); hardest is the "
@@ -359,8 +266,10 @@ class DisNCL(Method):
         "The min-max games of Eq. 12 and L_reg use gradient reversal (the paper gives no "
         "mechanism).",
         "Epochs follow gmm's optimiser-step rule instead of 5 + 50.",
-        "clean_prob is a two-component mixture on the invariant loss against a fixed pool; the "
-        "paper scores no pair.",
+        "The clean set keeps pairs within the top 10 both ways (clean_rank=1 is Eq. 2).",
+        "Each head has a linear skip beside its MLP (heads=mlp is the paper's).",
+        "clean_prob is a two-component mixture on the invariant cosine, averaged over the "
+        "full-loss epochs as gmm's; the paper scores no pair.",
     )
 
     warmup_epochs: int | None = param(None, low=0, rule="gmm's rule", help="L_align epochs")
@@ -374,17 +283,20 @@ class DisNCL(Method):
     temperature: float = param(0.05, low=0, low_open=True, help="softmax temperature tau")
     margin: float = param(0.2, low=0, help="hinge margin alpha")
     soft_margin_base: float = param(10.0, low=1, low_open=True, help="soft-margin base m")
-    clean_rank: int = param(1, low=1, help="clean when within this rank both ways (1: Eq. 2)")
+    clean_rank: int = param(10, low=1, help="clean when within this rank both ways (1: Eq. 2)")
     robust_loss: Literal["mean", "hardest"] = param("mean", help="L_align's negatives")
     soft_loss: Literal["reverse", "forward"] = param("reverse", help="L_soft's cross-entropy")
-    soft_columns: Literal["all", "clean"] = param("all", help="noisy items as candidates")
+    soft_columns: Literal["all", "clean"] = param("clean", help="noisy items as candidates")
     lr: float = param(2e-4, low=0, low_open=True, help="Adam's rate; x0.1 at half")
     batch_size: int = param(128, low=2, help="pairs per step")
     grad_clip: float = param(2.0, low=0, help="gradient norm clip (0: off)")
-    head_dim: int | None = param(None, low=1, rule="half the matcher's width",
+    head_dim: int | None = param(None, low=1, rule="the matcher's width",
                                  help="width of the invariant and exclusive parts")
     hidden: int = param(256, low=1, help="hidden width of heads and discriminators")
-    score: Literal["loss", "sim", "keep"] = param("loss", help="what clean_prob is fitted on")
+    heads: Literal["residual", "mlp"] = param("residual", help="a linear skip beside each head")
+    score: Literal["sim", "loss", "keep"] = param("sim", help="what clean_prob is fitted on")
+    final: Literal["mean", "last"] = param(
+        "mean", help="clean_prob: the posterior averaged over the full-loss epochs, or the last")
     negatives: Literal["pool", "batches"] = param("pool", help="fixed negatives of the loss")
     pool_size: int = param(1024, low=1, help="fixed negative pool")
     keep_passes: int = param(5, low=1, help="fixed batchings behind disncl_keep")
@@ -395,10 +307,10 @@ class DisNCL(Method):
         backbone = context.initial if context.initial is not None else context.new_matcher(0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(context.seed * 1009 + 500)
-            matcher = DisentangledMatcher(
-                backbone, self.head_dim or max(1, backbone.embed_dim // 2), self.hidden)
+            matcher = DisentangledMatcher(backbone, self.head_dim or backbone.embed_dim,
+                                          self.hidden, self.heads)
             net = DisNCLNet(matcher, self.hidden)
-        objective = Disentangle(features, self, warmup, context.device)
+        objective = Disentangle(features, self, warmup, context.device, context.seed)
         config = TrainConfig(epochs=warmup + epochs, lr=self.lr,
                              lr_drop_epochs=(warmup + epochs // 2,) if epochs >= 2 else (),
                              grad_clip=self.grad_clip, seed=context.seed, device=context.device,
@@ -406,23 +318,36 @@ class DisNCL(Method):
         history = train(net, objective, config, context.progress)
 
         matcher.eval()
-        dtype = kept_dtype(features)
-        embeddings = embed(matcher, features, context.device, dtype=dtype)
-        columns = {
-            "disncl_sim": embeddings.pair_similarity(features),
-            "disncl_loss": pair_losses(embeddings, features, margin=self.margin,
-                                       negatives=self.negatives, pool_size=self.pool_size,
-                                       batch_size=self.batch_size, seed=context.seed),
-            "disncl_keep": keep_share(embeddings, features, self.batch_size, self.keep_passes,
-                                      context.seed, self.clean_rank),
-            "disncl_x_sim": embed(ExclusiveView(matcher).eval(), features, context.device,
-                                  dtype=dtype).pair_similarity(features),
-        }
-        clean_prob, fit = fit_clean_posterior(columns[f"disncl_{self.score}"],
-                                              "low" if self.score == "loss" else "high",
-                                              seed=context.seed)
+        clean_prob, fit, embeddings, columns = self.posterior(matcher, features, context.device,
+                                                              context.seed, every_column=True)
+        columns["disncl_x_sim"] = embed(ExclusiveView(matcher).eval(), features, context.device,
+                                        dtype=kept_dtype(features)).pair_similarity(features)
+        if objective.divisions:
+            clean_prob = (objective.posterior_sum + clean_prob) / (objective.divisions + 1)
         return MethodResult(
             clean_prob=np.clip(clean_prob, 0.0, 1.0), columns=columns, matcher=matcher,
             embeddings=embeddings, noise_rate=fit.noise_rate,
             report={"warmup_epochs": warmup, "epochs": epochs, "head_dim": matcher.head_dim,
-                    "mixture": fit.as_dict(), "history": history})
+                    "divisions": objective.divisions, "mixture": fit.as_dict(),
+                    "history": history})
+
+    def posterior(self, matcher: DisentangledMatcher, features: Features, device: str, seed: int,
+                  every_column: bool = False) -> tuple:
+        """The mixture's clean posterior on ``score`` of the matcher (in eval mode) as it is,
+        its fit, the embeddings, and the per-pair signals: only ``score``'s, or with
+        ``every_column`` all of ``disncl_sim``, ``disncl_loss``, ``disncl_keep``."""
+        embeddings = embed(matcher, features, device, dtype=kept_dtype(features))
+        signals = {
+            "sim": lambda: embeddings.pair_similarity(features),
+            "loss": lambda: pair_losses(embeddings, features, margin=self.margin,
+                                        negatives=self.negatives, pool_size=self.pool_size,
+                                        batch_size=self.batch_size, seed=seed),
+            "keep": lambda: keep_share(embeddings, features, self.batch_size, self.keep_passes,
+                                       seed, self.clean_rank),
+        }
+        wanted = signals if every_column else [self.score]
+        columns = {f"disncl_{name}": signals[name]() for name in wanted}
+        clean_prob, fit = fit_clean_posterior(columns[f"disncl_{self.score}"],
+                                              "low" if self.score == "loss" else "high",
+                                              seed=seed)
+        return clean_prob, fit, embeddings, columns

@@ -35,7 +35,7 @@ WRAPPED_FORMAT = "ncclean-matcher/2"
 #: (a :class:`Matcher` or an :class:`Ensemble` of them), ``checkpoint_args()`` (a JSON-able dict)
 #: and ``__init__(backbone, **checkpoint_args())``; its ``state_dict`` holds the backbone's.
 WRAPPERS: dict[str, tuple[str, str]] = {
-    "disentangled": ("ncclean.methods.disncl", "DisentangledMatcher"),
+    "disentangled": ("ncclean.models.disentangled", "DisentangledMatcher"),
 }
 
 

@@ -13,12 +13,15 @@ from ncclean.errors import BadOptionError
 from ncclean.methods.base import make_method
 from ncclean.methods.disncl import (
     CRITICS,
+    DisentangledMatcher,
     DisNCL,
     jsd_information,
     mutual_argmax,
     reverse_gradient,
     soft_alignment,
 )
+from ncclean.methods.mixture import fit_clean_posterior
+from ncclean.models.disentangled import ResidualMLP
 from ncclean.testing import check_method
 from ncclean.train.losses import negative_mask
 
@@ -125,6 +128,36 @@ def test_same_seed_same_scores_and_another_seed_differs():
     assert np.array_equal(runs[0].clean_prob, runs[1].clean_prob)
     assert np.array_equal(runs[0].columns["disncl_sim"], runs[1].columns["disncl_sim"])
     assert not np.array_equal(runs[0].columns["disncl_sim"], runs[2].columns["disncl_sim"])
+
+
+def test_a_residual_head_is_its_mlp_plus_a_linear_skip_and_old_args_rebuild_plain_heads():
+    torch.manual_seed(0)
+    head, x = ResidualMLP(6, 4, hidden=5), torch.randn(3, 6)
+    assert torch.allclose(head(x), head.mlp(x) + x @ head.skip.weight.T)
+    assert head.skip.bias is None
+    backbone = nn.Module()
+    backbone.config, backbone.embed_dim = None, 6
+    assert isinstance(DisentangledMatcher(backbone, 4, 5, "residual").text_invariant, ResidualMLP)
+    # a checkpoint written before the residual heads has no "heads" argument: plain MLPs
+    plain = DisentangledMatcher(backbone, 4, 5)
+    assert isinstance(plain.text_invariant, nn.Sequential)
+    assert plain.checkpoint_args() == {"head_dim": 4, "hidden": 5, "heads": "mlp"}
+
+
+def test_final_mean_averages_posteriors_without_changing_the_training():
+    from ncclean.methods.base import Context
+    from ncclean.testing import tiny_features
+
+    features, config, _ = tiny_features(n_images=12)
+    small = SMALL | {"epochs": 3}
+    mean, last = (DisNCL(**small, final=final).fit(features, Context(seed=1, matcher_config=config))
+                  for final in ("mean", "last"))
+    # the divisions read the matcher and draw nothing: the same training, the same columns
+    assert np.array_equal(mean.columns["disncl_sim"], last.columns["disncl_sim"])
+    assert mean.report["divisions"] == 3 and last.report["divisions"] == 0
+    expected, _ = fit_clean_posterior(last.columns["disncl_sim"], "high", seed=1)
+    assert np.allclose(last.clean_prob, np.clip(expected, 0, 1))
+    assert not np.allclose(mean.clean_prob, last.clean_prob)
 
 
 @pytest.fixture(scope="module")

@@ -52,11 +52,13 @@ def test_a_saved_disncl_matcher_reloads_and_encodes_identically(trained, tmp_pat
     meta = json.loads((tmp_path / "d.safetensors.json").read_text())
     assert meta["format"] == WRAPPED_FORMAT and meta["method"] == "disncl"
     assert meta["wrapper"] == {"name": "disentangled", "backbone_members": None,
-                               "args": {"head_dim": matcher.head_dim, "hidden": matcher.hidden}}
+                               "args": {"head_dim": matcher.head_dim, "hidden": matcher.hidden,
+                                        "heads": "residual"}}
     loaded = load_matcher(path)
     (member,) = loaded.members
     assert isinstance(member, DisentangledMatcher) and not loaded.training
-    assert loaded.embed_dim == matcher.head_dim < matcher.backbone.embed_dim
+    assert member.heads == "residual"
+    assert loaded.embed_dim == matcher.head_dim == matcher.backbone.embed_dim
     before, after = embed(matcher, features), embed(loaded, features)
     assert np.array_equal(before.images, after.images)  # the invariant space, bit for bit
     assert np.array_equal(before.texts, after.texts)
