@@ -5,11 +5,12 @@
         [--pairs 2000] [--ratio 0.5] [--protocol per-caption] [--seeds 0] [--extra]
 
 It draws ``--pairs`` rows of ``clipart.parquet`` (seeded), injects noise with
-``ncclean inject-noise``, then runs ``ncclean score`` once per row of the table (default towers:
-the pixel CNN and the word GRU; significance and pseudo-captions off, which do not change
-``clean_prob``) and reads ``detection_vs_noisy_gt`` from each sidecar. ``--extra`` adds
-``soft_loss=forward`` and ``robust_loss=hardest`` to the full loss. Prints every command and a
-Markdown table; writes ``results.json`` in ``--work``.
+``ncclean inject-noise``, then runs ``ncclean score`` once per row of the table (towers trained
+from scratch: the pixel CNN and the word GRU, named, since ``auto`` now picks pretrained towers;
+significance and pseudo-captions off, which do not change ``clean_prob``) and reads
+``detection_vs_noisy_gt`` from each sidecar. ``--extra`` adds the defaults as first built,
+``soft_loss=forward`` and ``robust_loss=hardest``. Prints every command and a Markdown table;
+writes ``results.json`` in ``--work``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ ROWS = [
     ("+ L_reg (full)", "disncl", ["terms=full"]),
 ]
 EXTRA = [
-    ("full, clean_rank=10", "disncl", ["clean_rank=10"]),
+    # the defaults before a308435: Eq. 2's clean set, plain MLP heads at half the 256-d joint
+    # width, soft targets over every candidate, clean_prob on the last epoch's loss
+    ("full, as first built", "disncl", ["clean_rank=1", "heads=mlp", "head_dim=128",
+                                        "soft_columns=all", "score=loss", "final=last"]),
     ("full, forward CE", "disncl", ["soft_loss=forward"]),
     ("full, hardest negative", "disncl", ["robust_loss=hardest"]),
 ]
@@ -84,6 +88,7 @@ def main() -> None:
             name = f"{method}-{'-'.join(p.replace('=', '_') for p in params) or 'default'}-{seed}"
             out = args.work / f"{noisy.stem}-{name}.parquet"
             command = [*python, "score", str(noisy), "-o", str(out), "--method", method,
+                       "--image-encoder", "pixels", "--text-encoder", "tokens",
                        "--seed", str(seed), "--significance", "off", "--no-pseudo-captions"]
             for p in params:
                 command += ["-p", p]
