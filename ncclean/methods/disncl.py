@@ -70,7 +70,7 @@ import torch.nn.functional as F
 
 from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.gmm import schedule
-from ncclean.methods.mixture import fit_clean_posterior
+from ncclean.methods.mixture import PosteriorMean, fit_clean_posterior
 from ncclean.models.disentangled import (
     CRITICS,
     DisentangledMatcher,
@@ -129,8 +129,7 @@ class Disentangle(Objective):
         self.features, self.m, self.warmup, self.device = features, method, warmup, device
         self.seed = seed
         self.stage = "warm-up"
-        self.posterior_sum = np.zeros(features.n_pairs)
-        self.divisions = 0
+        self.averaged = PosteriorMean(features.n_pairs)
         self._reset()
 
     def _reset(self) -> None:
@@ -148,9 +147,8 @@ class Disentangle(Objective):
         self._reset()
         if epoch >= self.warmup and self.m.final == "mean":
             model.matcher.eval()
-            self.posterior_sum += self.m.posterior(model.matcher, self.features, self.device,
-                                                   self.seed)[0]
-            self.divisions += 1
+            self.averaged.add(self.m.posterior(model.matcher, self.features, self.device,
+                                               self.seed)[0])
 
     def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
         order = rng.permutation(self.features.n_pairs)
@@ -228,12 +226,10 @@ class Disentangle(Objective):
         return {name: self.sums[name] / max(self.counts[name], 1.0) for name in self.sums}
 
     def state(self) -> dict[str, np.ndarray]:
-        return {"posterior_sum": self.posterior_sum, "divisions": np.array([self.divisions])}
+        return self.averaged.state()
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        if "posterior_sum" in state:
-            self.posterior_sum = state["posterior_sum"].astype(np.float64)
-            self.divisions = int(state["divisions"][0])
+        self.averaged.load_state(state)
 
 
 def keep_share(embeddings: Embeddings, features: Features, batch_size: int, passes: int,
@@ -322,13 +318,12 @@ class DisNCL(Method):
                                                               context.seed, every_column=True)
         columns["disncl_x_sim"] = embed(ExclusiveView(matcher).eval(), features, context.device,
                                         dtype=kept_dtype(features)).pair_similarity(features)
-        if objective.divisions:
-            clean_prob = (objective.posterior_sum + clean_prob) / (objective.divisions + 1)
+        clean_prob = objective.averaged.of(clean_prob)
         return MethodResult(
             clean_prob=np.clip(clean_prob, 0.0, 1.0), columns=columns, matcher=matcher,
             embeddings=embeddings, noise_rate=fit.noise_rate,
             report={"warmup_epochs": warmup, "epochs": epochs, "head_dim": matcher.head_dim,
-                    "divisions": objective.divisions, "mixture": fit.as_dict(),
+                    "divisions": objective.averaged.count, "mixture": fit.as_dict(),
                     "history": history})
 
     def posterior(self, matcher: DisentangledMatcher, features: Features, device: str, seed: int,

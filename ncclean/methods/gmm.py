@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ncclean.methods.base import Context, Method, MethodResult, param
-from ncclean.methods.mixture import MixtureFit, clean_split, fit_clean_posterior
+from ncclean.methods.mixture import MixtureFit, PosteriorMean, clean_split, fit_clean_posterior
 from ncclean.models.features import Batch, Features
 from ncclean.models.matcher import Ensemble
 from ncclean.train.loop import TrainConfig, train
@@ -85,8 +85,7 @@ class CoDivide(WarmUp):
         self.posterior = np.ones((2, features.n_pairs))
         self.losses = np.zeros((2, features.n_pairs), dtype=np.float32)
         self.fits: list[MixtureFit | None] = [None, None]
-        self.posterior_sum = np.zeros(features.n_pairs)
-        self.divisions = 0
+        self.averaged = PosteriorMean(features.n_pairs)
 
     # -- division -----------------------------------------------------------------------------
 
@@ -113,8 +112,7 @@ class CoDivide(WarmUp):
             return
         self.stage = "co-training"
         self.divide(model)
-        self.posterior_sum += self.posterior.mean(axis=0)
-        self.divisions += 1
+        self.averaged.add(self.posterior.mean(axis=0))
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -247,13 +245,10 @@ class CoDivide(WarmUp):
                 "noise_rate": float(np.mean([f.noise_rate for f in self.fits if f]))}
 
     def state(self) -> dict[str, np.ndarray]:
-        return {"posterior_sum": self.posterior_sum,
-                "divisions": np.array([self.divisions])}
+        return self.averaged.state()
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        if "posterior_sum" in state:
-            self.posterior_sum = state["posterior_sum"].astype(np.float64)
-            self.divisions = int(state["divisions"][0])
+        self.averaged.load_state(state)
 
 
 @dataclass
@@ -338,11 +333,9 @@ class GMM(Method):
         history = train(model, objective, config, context.progress)
 
         objective.divide(model)
-        if self.final == "mean" and objective.divisions:
-            clean_prob = (objective.posterior_sum + objective.posterior.mean(axis=0)) / \
-                (objective.divisions + 1)
-        else:
-            clean_prob = objective.posterior.mean(axis=0)
+        clean_prob = objective.posterior.mean(axis=0)
+        if self.final == "mean":
+            clean_prob = objective.averaged.of(clean_prob)
         model.eval()
         matcher = self._matcher(model)
         embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))

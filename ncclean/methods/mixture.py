@@ -129,3 +129,29 @@ def clean_split(clean_prob: np.ndarray, threshold: float = 0.5) -> np.ndarray:
         return clean_prob > threshold
     cut = np.sort(clean_prob)[len(clean_prob) // 100]
     return clean_prob > cut
+
+
+class PosteriorMean:
+    """Clean posteriors averaged over a run's divisions (``final="mean"`` of ``gmm``, ``disncl``
+    and methods built like them): :meth:`add` one division's posterior, :meth:`of` the mean of
+    every division so far and the last one. :meth:`state` / :meth:`load_state` are what a
+    method's objective checkpoints, so a resumed run averages the same posteriors."""
+
+    def __init__(self, n_pairs: int):
+        self.total = np.zeros(n_pairs)
+        self.count = 0
+
+    def add(self, posterior: np.ndarray) -> None:
+        self.total += posterior
+        self.count += 1
+
+    def of(self, last: np.ndarray) -> np.ndarray:
+        return (self.total + last) / (self.count + 1) if self.count else last
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"posterior_sum": self.total, "divisions": np.array([self.count])}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        if "posterior_sum" in state:
+            self.total = state["posterior_sum"].astype(np.float64)
+            self.count = int(state["divisions"][0])

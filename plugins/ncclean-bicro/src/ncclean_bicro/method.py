@@ -40,7 +40,7 @@ import torch
 
 from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.gmm import schedule
-from ncclean.methods.mixture import clean_split, fit_clean_posterior
+from ncclean.methods.mixture import PosteriorMean, clean_split, fit_clean_posterior
 from ncclean.models.matcher import Ensemble
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import hardest_negative_hinge, mean_hinge, negative_mask, soft_margin
@@ -77,8 +77,7 @@ class BiCroObjective(Objective):
         self.consistency = np.ones((2, n), dtype=np.float32)
         self.labels = np.ones((2, n), dtype=np.float32)
         self.fits: list[Any] = [None, None]
-        self.posterior_sum = np.zeros(n)
-        self.divisions = 0
+        self.averaged = PosteriorMean(n)
 
     def divide(self, model: Ensemble) -> None:
         """Each network's losses, mixture posterior, anchors, consistency and training labels."""
@@ -106,8 +105,7 @@ class BiCroObjective(Objective):
             return
         self.stage = "co-training"
         self.divide(model)
-        self.posterior_sum += self.posterior.mean(axis=0)
-        self.divisions += 1
+        self.averaged.add(self.posterior.mean(axis=0))
 
     def steps(self, epoch: int, rng: np.random.Generator) -> Iterator[Any]:
         n, b = self.features.n_pairs, self.m.batch_size
@@ -159,12 +157,10 @@ class BiCroObjective(Objective):
                 "noise_rate": float(np.mean([f.noise_rate for f in self.fits if f]))}
 
     def state(self) -> dict[str, np.ndarray]:
-        return {"posterior_sum": self.posterior_sum, "divisions": np.array([self.divisions])}
+        return self.averaged.state()
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        if "posterior_sum" in state:
-            self.posterior_sum = state["posterior_sum"].astype(np.float64)
-            self.divisions = int(state["divisions"][0])
+        self.averaged.load_state(state)
 
 
 @dataclass
@@ -231,8 +227,7 @@ class BiCro(Method):
         history = train(model, objective, config, context.progress)
 
         objective.divide(model)
-        clean_prob = (objective.posterior_sum + objective.posterior.mean(axis=0)) / \
-            (objective.divisions + 1)
+        clean_prob = objective.averaged.of(objective.posterior.mean(axis=0))
         model.eval()
         vectors = embed(model, features, context.device, dtype=kept_dtype(features))
         fits = [f.as_dict() for f in objective.fits if f is not None]
