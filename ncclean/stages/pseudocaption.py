@@ -18,7 +18,10 @@ same space: the 5th percentile of the clean pairs' own scores (a suggestion fits
 well as the worst-fitting clean pairs fit theirs) and the 95th percentile of random clean
 captions scored against noisy images (it fits better than 19 random captions in 20). The second
 floor was added because the first withheld suggestions from 28% of the noisy pairs at 50% noise
-(benchmarks/results/default-pipeline.md).
+(benchmarks/results/default-pipeline.md). Its random captions are drawn from what the search
+offers: distinct captions when it searches by text, so a caption repeated across a collection
+counts once, as it does in the search (drawn per pair, repeated captions put DisNCL's random
+floor above its clean floor, and 31% of its noisy pairs got no suggestion).
 """
 
 from __future__ import annotations
@@ -152,16 +155,18 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
               "n_donors": int(len(donor_rows))}
     if len(donor_rows) == 0 or len(query_rows) == 0:
         return donor, score, report | {"min_score": None, "suggested": 0}
+    searched = donor_rows
+    if space.by_text:  # one donor per distinct caption: the first clean pair with that text
+        _, first = np.unique(features.text_group[donor_rows], return_index=True)
+        searched = donor_rows[np.sort(first)]
     min_score = space.min_score
     if min_score is None:
         own = np.concatenate([
             np.einsum("nd,nd->n", space.queries(block), space.keys(block))
             for block in np.array_split(donor_rows, max(1, len(donor_rows) // 65536))])
         min_score = min(float(np.percentile(own, 5)),
-                        _random_caption_floor(space, query_rows, donor_rows, seed))
-    if space.by_text:  # one donor per distinct caption: the first clean pair with that text
-        _, first = np.unique(features.text_group[donor_rows], return_index=True)
-        donor_rows = donor_rows[np.sort(first)]
+                        _random_caption_floor(space, query_rows, searched, seed))
+    donor_rows = searched
     cap = reference_limit(len(query_rows))
     if len(donor_rows) > cap:
         if not index_available():

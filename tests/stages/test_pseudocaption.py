@@ -42,6 +42,32 @@ def test_own_text_is_never_suggested_and_low_scores_are_withheld():
     assert donor[3] == -1 and np.isnan(score[3]) and report["suggested"] == 0
 
 
+def test_a_repeated_caption_counts_once_in_the_random_caption_floor():
+    # 50 clean pairs share one caption (a collection's label) that fits the 40 noisy images of
+    # that collection perfectly; 31 clean captions are distinct; 5 noisy images of another kind
+    # fit only one clean caption, at 0.5. Drawn per pair, the label sets the random floor at 1.0
+    # and those 5 get nothing; drawn per distinct caption, as the search offers them, it counts
+    # once and they get that caption.
+    from ncclean.stages.pseudocaption import _random_caption_floor
+
+    eye = np.eye(40, dtype=np.float32)
+    partner = unit([0.5 * eye[1] + 0.75 ** 0.5 * eye[32]])[0]
+    images = np.stack([eye[0]] * 50 + [eye[k] for k in range(2, 32)] + [eye[32]]
+                      + [eye[0]] * 40 + [eye[1]] * 5)
+    texts = np.stack([eye[0], *(eye[k] for k in range(2, 32)), partner, eye[39]])
+    n = len(images)
+    text_group = np.concatenate([np.zeros(50, int), np.arange(1, 32), np.full(45, 32)])
+    features = Features(rows=np.arange(n), image_group=np.arange(n), text_group=text_group,
+                        image_data=images, text_data=texts)
+    space = matcher_space(Embeddings(images=images, texts=texts), features)
+    noisy = np.arange(n) >= 81
+    donor, score, report = pseudo_captions(space, features, noisy, ~noisy)
+    assert _random_caption_floor(space, np.flatnonzero(noisy), np.flatnonzero(~noisy), 0) > 0.99
+    assert report["min_score"] < 0.5
+    assert (donor[81:121] < 50).all() and (donor[121:] == 80).all()
+    assert np.allclose(score[121:], 0.5)
+
+
 def test_no_donors_no_suggestions():
     embeddings, features = setup()
     donor, _, report = pseudo_captions(matcher_space(embeddings, features), features,
