@@ -30,7 +30,8 @@ def mlp(d_in: int, d_out: int, hidden: int = 256) -> nn.Sequential:
 
 class ResidualMLP(nn.Module):
     """:func:`mlp` beside a bias-free linear map of the same input (ours): the head starts as a
-    projection of its input, which a few passes then bend (see the module docstring)."""
+    projection of its input, which a few passes then bend (why and what it measured:
+    :mod:`ncclean.methods.disncl`)."""
 
     def __init__(self, d_in: int, d_out: int, hidden: int = 256):
         super().__init__()
