@@ -324,8 +324,12 @@ def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor
         sims = queries @ keys.T
         same = torch.from_numpy(own_text[start:start + len(block)][:, None] == donor_text[None, :])
         top = sims.masked_fill_(same, float("-inf")).max(dim=1)
-        score = top.values.numpy()
+        chosen, score = top.indices.numpy(), top.values.numpy()
+        # the winner's score again, pair by pair: a product's rounding depends on its number of
+        # rows (this part's noisy pairs), and a pair must score the same bytes in any shard
+        exact = np.einsum("qd,qd->q", queries.numpy(), fit.arrays["donors.keys"][chosen])
+        score = np.where(np.isfinite(score), exact, score)
         keep = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
         rows = new[block[keep]]
-        donor[rows] = fit.arrays["donors.entry"][top.indices.numpy()[keep]]
+        donor[rows] = fit.arrays["donors.entry"][chosen[keep]]
         donor_score[rows] = score[keep]

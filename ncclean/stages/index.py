@@ -165,7 +165,11 @@ def best_reference(index: ReferenceIndex, queries: np.ndarray, query_label: np.n
             rows = redo[at:at + 256]
             sims = queries[rows] @ index.references.T
             sims[query_label[rows][:, None] == reference_label[None, :]] = -np.inf
-            best[rows], score[rows] = sims.argmax(1), sims.max(1)
+            best[rows], top = sims.argmax(1), sims.max(1)
+            # the winner's score pair by pair, as the candidates' (a product's rounding
+            # depends on its number of rows)
+            exact = np.einsum("qd,qd->q", queries[rows], index.references[best[rows]])
+            score[rows] = np.where(np.isfinite(top), exact, top)
     return best, score
 
 
