@@ -48,7 +48,7 @@ from ncclean.data.results import (
 from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
 from ncclean.options import Cut
 from ncclean.pipeline.fit import Fit, FitError
-from ncclean.stages.index import over_budget
+from ncclean.stages.index import over_budget, rescored
 from ncclean.stages.partition import as_written
 from ncclean.train.scoring import Embeddings
 
@@ -324,11 +324,8 @@ def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor
         sims = queries @ keys.T
         same = torch.from_numpy(own_text[start:start + len(block)][:, None] == donor_text[None, :])
         top = sims.masked_fill_(same, float("-inf")).max(dim=1)
-        chosen, score = top.indices.numpy(), top.values.numpy()
-        # the winner's score again, pair by pair: a product's rounding depends on its number of
-        # rows (this part's noisy pairs), and a pair must score the same bytes in any shard
-        exact = np.einsum("qd,qd->q", queries.numpy(), fit.arrays["donors.keys"][chosen])
-        score = np.where(np.isfinite(score), exact, score)
+        chosen = top.indices.numpy()
+        score = rescored(queries.numpy(), fit.arrays["donors.keys"][chosen], top.values.numpy())
         keep = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
         rows = new[block[keep]]
         donor[rows] = fit.arrays["donors.entry"][chosen[keep]]

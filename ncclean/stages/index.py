@@ -165,13 +165,19 @@ def best_reference(index: ReferenceIndex, queries: np.ndarray, query_label: np.n
             rows = redo[at:at + 256]
             sims = queries[rows] @ index.references.T
             sims[query_label[rows][:, None] == reference_label[None, :]] = -np.inf
-            best[rows], top = sims.argmax(1), sims.max(1)
-            # the winner's score pair by pair, as the candidates' (a product's rounding
-            # depends on its number of rows)
-            exact = np.einsum("qd,qd->q", queries[rows], index.references[best[rows]])
-            score[rows] = np.where(np.isfinite(top), exact, top)
+            best[rows] = sims.argmax(1)
+            score[rows] = rescored(queries[rows], index.references[best[rows]], sims.max(1))
     return best, score
 
 
+def rescored(queries: np.ndarray, chosen: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """The winners' scores ``top`` (``(nq,)``, -inf where none) again, as the inner product of
+    each query with its chosen reference (``(nq, d)``), pair by pair: a matrix product's
+    rounding depends on how many rows it has, and a pair must score the same bytes whatever
+    shard or block it is searched in."""
+    return np.where(np.isfinite(top), np.einsum("qd,qd->q", queries, chosen), top)
+
+
 __all__ = ["CANDIDATES", "ReferenceIndex", "best_reference", "index_available",
-           "index_note", "over_budget", "reference_index", "reference_limit", "sample_note"]
+           "index_note", "over_budget", "reference_index", "reference_limit", "rescored",
+           "sample_note"]
