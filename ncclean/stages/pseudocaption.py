@@ -40,6 +40,7 @@ from ncclean.stages.index import (
     over_budget,
     reference_index,
     reference_limit,
+    rescored,
     sample_note,
 )
 from ncclean.train.scoring import Embeddings
@@ -101,7 +102,8 @@ def _best(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
     score = np.empty(len(query_rows), dtype=np.float32)
     for start in range(0, len(query_rows), _BLOCK):
         rows = query_rows[start:start + _BLOCK]
-        sims = torch.from_numpy(space.queries(rows)) @ keys.T
+        queries = space.queries(rows)
+        sims = torch.from_numpy(queries) @ keys.T
         texts = text_group[rows]
         if distinct:
             position = np.minimum(np.searchsorted(sorted_text, texts), len(sorted_text) - 1)
@@ -112,8 +114,10 @@ def _best(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
             own = torch.from_numpy(texts)[:, None] == donor_text_tensor[None, :]
             sims.masked_fill_(own, float("-inf"))
         top = sims.max(dim=1)
-        best[start:start + len(rows)] = top.indices.numpy()
-        score[start:start + len(rows)] = top.values.numpy()
+        chosen = top.indices.numpy()
+        best[start:start + len(rows)] = chosen
+        score[start:start + len(rows)] = rescored(queries, keys.numpy()[chosen],
+                                                  top.values.numpy())
     return best, score
 
 
