@@ -8,9 +8,9 @@ It draws ``--pairs`` rows of ``clipart.parquet`` (seeded), injects noise with
 ``ncclean inject-noise``, then runs ``ncclean score`` once per row of the table (towers trained
 from scratch: the pixel CNN and the word GRU, named, since ``auto`` now picks pretrained towers;
 significance and pseudo-captions off, which do not change ``clean_prob``) and reads
-``detection_vs_noisy_gt`` from each sidecar. ``--extra`` adds the defaults as first built,
-``soft_loss=forward`` and ``robust_loss=hardest``. Prints every command and a Markdown table;
-writes ``results.json`` in ``--work``.
+``detection_vs_noisy_gt`` from each sidecar. ``--extra`` adds the defaults as first built and
+as of ``a308435``, ``soft_loss=reverse`` and ``robust_loss=hardest``. Prints every command and
+a Markdown table; writes ``results.json`` in ``--work``.
 """
 
 from __future__ import annotations
@@ -34,12 +34,15 @@ ROWS = [
     ("+ L_soft", "disncl", ["terms=align+dis+soft"]),
     ("+ L_reg (full)", "disncl", ["terms=full"]),
 ]
+BEFORE_UNION = ["soft_loss=reverse", "margin_from=cosine", "clean_set=batch"]
 EXTRA = [
     # the defaults before a308435: Eq. 2's clean set, plain MLP heads at half the 256-d joint
     # width, soft targets over every candidate, clean_prob on the last epoch's loss
     ("full, as first built", "disncl", ["clean_rank=1", "heads=mlp", "head_dim=128",
-                                        "soft_columns=all", "score=loss", "final=last"]),
-    ("full, forward CE", "disncl", ["soft_loss=forward"]),
+                                        "soft_columns=all", "score=loss", "final=last",
+                                        *BEFORE_UNION]),
+    ("full, the defaults of a308435", "disncl", BEFORE_UNION),
+    ("full, reverse CE", "disncl", ["soft_loss=reverse"]),
     ("full, hardest negative", "disncl", ["robust_loss=hardest"]),
 ]
 

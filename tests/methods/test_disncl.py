@@ -1,3 +1,4 @@
+import functools
 import json
 import math
 
@@ -197,3 +198,71 @@ def test_cli_saves_the_matcher_and_retrain_evaluates_it(corpus, capsys):
                  "--json"]) == 0, capsys.readouterr().err
     arm = json.loads(capsys.readouterr().out)["arms"]["matcher"]
     assert arm["method"] == "disncl" and 0 <= arm["strict"]["rsum"] <= 600
+
+
+def _objective(**params):
+    """A fresh DisNCL network and its objective on a tiny corpus, past the warm-up."""
+    from ncclean.methods.base import Context
+    from ncclean.methods.disncl import Disentangle
+    from ncclean.models.disentangled import DisNCLNet
+
+    features, config, _ = _tiny()
+    method = DisNCL(**SMALL | params)
+    torch.manual_seed(0)
+    matcher = DisentangledMatcher(Context(seed=0, matcher_config=config).new_matcher(0), 16, 8)
+    net = DisNCLNet(matcher, 8)
+    objective = Disentangle(features, method, warmup=0, device="cpu", seed=0)
+    objective.begin_epoch(net, 0)
+    net.train()
+    return features, net, objective
+
+
+@functools.cache
+def _tiny():
+    from ncclean.testing import tiny_features
+
+    return tiny_features(n_images=12)
+
+
+def test_the_union_clean_set_adds_the_epochs_division_to_the_batch_set():
+    step = np.arange(32)
+    shares = {}
+    for clean_set, division in (("batch", None), ("union", 0.0), ("union", 1.0)):
+        features, net, objective = _objective(clean_set=clean_set)
+        if division is not None:  # the mixture's posterior, as begin_epoch leaves it
+            assert objective.division.shape == (features.n_pairs,)
+            objective.division = np.full(features.n_pairs, division)
+        torch.manual_seed(1)
+        objective.loss(net, step, 0)
+        shares[clean_set, division] = objective.sums["clean_share"] / len(step)
+    # a division that calls nobody clean leaves Eq. 2's set; one that calls everyone, all
+    assert shares["union", 0.0] == shares["batch", None] < 1.0
+    assert shares["union", 1.0] == 1.0
+
+
+def test_the_soft_margin_reads_ncr_prediction_or_the_cosine():
+    from ncclean.train.losses import adaptive_prediction, mean_hinge, soft_margin
+
+    step = np.arange(32)
+    aligns = {}
+    for margin_from in ("cosine", "prediction"):
+        features, net, objective = _objective(margin_from=margin_from, terms="align",
+                                              clean_set="union")
+        objective.division = np.ones(features.n_pairs)  # every pair in the hinge
+        torch.manual_seed(1)
+        objective.loss(net, step, 0)
+        aligns[margin_from] = objective.sums["align"]
+    torch.manual_seed(1)  # the same draws (augmentation) as the loss's forward
+    batch = features.batch(step, "cpu")
+    with torch.no_grad():
+        vs = net.matcher.split_images(*batch.images)[1]
+        ts = net.matcher.split_texts(*batch.texts)[1]
+        sims = torch.nn.functional.normalize(vs, dim=-1) @ torch.nn.functional.normalize(ts,
+                                                                                         dim=-1).T
+        mask = negative_mask(batch.image_group, batch.text_group)
+        labels = {"cosine": sims.diagonal().clamp(0.0, 1.0),
+                  "prediction": adaptive_prediction(sims, mask, 0.2)}
+        for margin_from, label in labels.items():
+            expected = mean_hinge(sims, mask, soft_margin(label, 0.2, 10.0)).sum()
+            assert math.isclose(aligns[margin_from], float(expected), rel_tol=1e-4)
+    assert not math.isclose(aligns["cosine"], aligns["prediction"], rel_tol=1e-3)
