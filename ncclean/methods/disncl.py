@@ -29,9 +29,9 @@ where the text is silent or ambiguous) or **ours**.
   ``H_ii`` is SGRAF's similarity in [0, 1], near 1 for a match; a cosine of weak towers sits near
   0 and gives no margin, so ``margin_from="prediction"`` (ours, the default) reads ``H_ii`` as
   NCR's adaptive prediction ``P(I, T)`` of the invariant similarities, in [0, 1] against the
-  batch; ``"cosine"`` is the cosine clipped to [0, 1]. ``robust_loss="hardest"`` is the paper's form; the
-  default ``"mean"`` (ours) averages over the valid negatives: the hardest-negative form
-  collapsed from scratch for ``gmm`` (``benchmarks/RESULTS.md``).
+  batch; ``"cosine"`` is the cosine clipped to [0, 1]. ``robust_loss="hardest"`` is the paper's
+  form; the default ``"mean"`` (ours) averages over the valid negatives: the hardest-negative
+  form collapsed from scratch for ``gmm`` (``benchmarks/RESULTS.md``).
 - ``L_soft`` (Eq. 4-6): cross-modal bootstrapped targets ``y = beta3 e_i + (1 - beta3) p`` of
   the other direction, detached (intent). The paper's "entropy function" ``H(p, y)`` is
   ambiguous: ``soft_loss="reverse"`` is ``-sum_j p_j log y_j`` with ``y`` clipped at 1e-4,
