@@ -11,6 +11,7 @@ image's class prediction against the caption's (not used by the method).
 
     python benchmarks/division_curve.py NOISY.parquet --method gmm --seed 1 [-p noisy_from=1.0]
     python benchmarks/division_curve.py NOISY.parquet --method pc2 --seed 1 --save curve.npz
+    python benchmarks/division_curve.py NOISY.parquet --method gmm --scratch   # CNN + word GRU
 
 NOISY.parquet needs a ``noisy_gt`` column (``ncclean inject-noise``, or the ``noisy-*.parquet``
 that ``benchmarks/quality.py`` leaves in its work folder).
@@ -59,13 +60,16 @@ class Recorder:
         gmm_module.CoDivide.divide = self._divide
 
 
-def score(noisy: Path, output: Path, method: str, seed: int, params: list[str]) -> None:
+def score(noisy: Path, output: Path, method: str, seed: int, params: list[str],
+          scratch: bool = False) -> None:
     from typer.testing import CliRunner
 
     from ncclean.cli.app import app
 
     args = ["score", str(noisy), "-o", str(output), "--method", method, "--seed", str(seed),
             "--json", "--no-pseudo-captions", "--significance", "off"]
+    if scratch:  # the towers ``auto`` falls back to without the pretrained extras
+        args += ["--image-encoder", "pixels", "--text-encoder", "tokens"]
     for param in params:
         args += ["-p", param]
     result = CliRunner().invoke(app, args)
@@ -88,12 +92,14 @@ def main() -> None:
     parser.add_argument("--method", default="gmm", choices=["gmm", "pc2"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-p", "--param", action="append", default=[])
+    parser.add_argument("--scratch", action="store_true",
+                        help="towers trained from scratch (the CNN and the word GRU)")
     parser.add_argument("--save", type=Path, help="write the recorded divisions to this .npz")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="ncclean-curve-") as work, Recorder() as recorder:
         scored = Path(work) / "scored.parquet"
-        score(args.noisy, scored, args.method, args.seed, args.param)
+        score(args.noisy, scored, args.method, args.seed, args.param, args.scratch)
         table = pq.read_table(scored, columns=["partition", "noisy_gt", "clean_prob"])
     valid = np.asarray(table.column("partition").to_pylist()) != "invalid"
     truth = np.asarray(table.column("noisy_gt").to_pylist(), dtype=bool)[valid]
