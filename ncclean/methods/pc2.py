@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ncclean.methods.base import Context, MethodResult, param
-from ncclean.methods.gmm import GMM, CoDivide
+from ncclean.methods.gmm import CO_DIVISION_DEPARTURES, GMM, CoDivide
 from ncclean.methods.mixture import MixtureFit, clean_split, fit_clean_posterior
 from ncclean.models.features import Batch, Features
 from ncclean.models.matcher import Ensemble
@@ -246,7 +246,7 @@ class PC2(GMM):
     name: ClassVar[str] = "pc2"
     summary: ClassVar[str] = ("PC2 (ACM MM 2024): NCR's division plus pseudo-classes, in-batch "
                               "pseudo-captions and prediction-oscillation rectification")
-    departures: ClassVar[tuple[str, ...]] = GMM.departures + (
+    departures: ClassVar[tuple[str, ...]] = CO_DIVISION_DEPARTURES + (
         "L_ent maximises the entropy of the batch-mean prediction, as the text intends; the "
         "printed Eq. 3 has the opposite sign and the authors' code flattens each prediction.",
         "Class predictions are kept per image and looked up by global pair index, from an eval "
@@ -265,6 +265,8 @@ class PC2(GMM):
         "class-probability space, not in a batch.",
     )
 
+    noisy_from: float | None = param(
+        0.5, low=0, high=1, help="share of co-training after which noisy pairs join the loss")
     n_classes: int | None = param(
         None, low=2, rule="128 from 2,560 distinct images on, else max(2, n_images // 20)",
         help="pseudo-classes K")

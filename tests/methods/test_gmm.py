@@ -82,3 +82,17 @@ def test_heads_take_the_shortcuts_with_the_same_loss_and_gradients():
         assert len(fast_grads) == len(slow_grads)
         for a, b in zip(fast_grads, slow_grads):
             assert np.allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_noisy_pairs_never_join_a_small_corpus_by_default():
+    from ncclean.methods.gmm import HEAD_EPOCHS, MAX_EPOCHS, noisy_from_rule
+    from ncclean.methods.pc2 import PC2
+
+    # 1,000 pairs run the 40-epoch cap; 8,000 pairs run 20 epochs, the authors' half
+    assert schedule(1000, 128, None, None)[1] == MAX_EPOCHS
+    assert noisy_from_rule(schedule(1000, 128, None, None)[1]) == 1.0
+    assert noisy_from_rule(schedule(8000, 128, None, None)[1]) == 0.5
+    assert noisy_from_rule(HEAD_EPOCHS) == 0.5  # heads on fixed vectors: 4 epochs
+    # a value given is kept, and PC2 keeps the authors' 0.5 (its noisy term needs the pairs)
+    assert GMM(noisy_from=0.25).noisy_from == 0.25 and PC2().noisy_from == 0.5
+    assert GMM().noisy_from is None
