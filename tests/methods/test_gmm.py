@@ -85,7 +85,7 @@ def test_heads_take_the_shortcuts_with_the_same_loss_and_gradients():
 
 
 def test_noisy_pairs_never_join_a_small_corpus_by_default():
-    from ncclean.methods.gmm import HEAD_EPOCHS, MAX_EPOCHS, noisy_from_rule
+    from ncclean.methods.gmm import HEAD_EPOCHS, MAX_EPOCHS, CoDivide, noisy_from_rule
     from ncclean.methods.pc2 import PC2
 
     # 1,000 pairs run the 40-epoch cap; 8,000 pairs run 20 epochs, the authors' half
@@ -96,3 +96,9 @@ def test_noisy_pairs_never_join_a_small_corpus_by_default():
     # a value given is kept, and PC2 keeps the authors' 0.5 (its noisy term needs the pairs)
     assert GMM(noisy_from=0.25).noisy_from == 0.25 and PC2().noisy_from == 0.5
     assert GMM().noisy_from is None
+    # the objective resolves the rule from the epochs it runs, and a value given wins
+    features, _, _ = tiny_features(n_images=8)
+    assert CoDivide(features, GMM(), 1, MAX_EPOCHS, "cpu", 0).use_noisy(1 + MAX_EPOCHS - 1) \
+        is False
+    assert CoDivide(features, GMM(), 1, 20, "cpu", 0).use_noisy(1 + 10) is True
+    assert CoDivide(features, GMM(noisy_from=0.5), 1, MAX_EPOCHS, "cpu", 0).use_noisy(1 + 20)
