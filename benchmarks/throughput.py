@@ -31,6 +31,7 @@ Examples::
     python benchmarks/throughput.py                       # every method, 20,000 pairs
     python benchmarks/throughput.py --methods gmm --pairs 100000 --threads 2
     python benchmarks/throughput.py --methods gmm pc2 --profile
+    OMP_NUM_THREADS=2 python benchmarks/throughput.py --threads 2 --runs 3   # the bars, alone
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import json
 import math
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -218,7 +220,6 @@ def ab_steps(name: str, args: argparse.Namespace, rounds: int = 6, chunk: int = 
     the noisy pairs; ``crcl``: steps after the freeze. Returns the best and median ms per step
     of each arm."""
     import copy
-    import statistics
 
     import torch
 
@@ -288,6 +289,19 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render_shares(rows: list[dict]) -> str:
+    """Each method's share of the ceiling in every run (each against the ceiling measured in
+    its own process) and their mean: the shares scatter from run to run on a shared machine."""
+    shares: dict[str, list[float]] = {}
+    for r in rows:
+        shares.setdefault(r["method"], []).append(r["share"])
+    lines = ["| method | share of the ceiling, run by run | mean | min |", "|---|---|---|---|"]
+    for method, values in shares.items():
+        lines.append(f"| {method} | {' / '.join(f'{v:.0%}' for v in values)} | "
+                     f"{statistics.mean(values):.0%} | {min(values):.0%} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
@@ -303,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
                         "before and after issue 42's changes, in one process (gmm, pc2, crcl)")
     parser.add_argument("--max-steps", type=int, help="cut every epoch to this many steps "
                         "(for a quick step rate; the AUROC then means nothing)")
+    parser.add_argument("--runs", type=int, default=1, help="run the table this many times "
+                        "(methods interleaved) and add each method's shares and their mean")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     params: dict[str, list[str]] = {}
@@ -335,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"commit: {commit}{' (modified)' if dirty else ''}; load average before: "
           f"{Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
     rows = []
-    for name in args.methods:
+    for name in [m for _ in range(args.runs) for m in args.methods]:
         child = [sys.executable, str(Path(__file__)), "--child", name, *shown]
         out = subprocess.run(child, capture_output=True, text=True, env=os.environ)
         if out.returncode:
@@ -349,6 +365,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(line)
     print(f"load average after: {Path('/proc/loadavg').read_text().split()[:3]}")
     print(render(rows))
+    if args.runs > 1:
+        print(render_shares(rows))
 
 
 if __name__ == "__main__":
