@@ -209,8 +209,9 @@ class Disentangle(Objective):
             self._add("dis", dis)
             total = total + dis
         if terms >= 3:
-            reg = self.mi_terms(model, {"VS": vs, "VX": vx, "TS": ts, "TX": tx},
-                                ("VS_VX", "TS_TX"), 1.0, batch, slice(None))
+            reg = self.mi_terms(model, "all", {"VS": vs, "VX": vx, "TS": ts, "TX": tx},
+                                {"VS_VX": 1.0, "TS_TX": 1.0},
+                                (batch.image_group, batch.text_group))
             self._add("reg", reg)
             total = total + reg
         return total
@@ -219,30 +220,34 @@ class Disentangle(Objective):
                  batch) -> torch.Tensor:
         """``L_Dis`` (Eq. 1) on the clean pairs: ``gamma L_S + (1 - gamma) L_X``."""
         m = self.m
-        kl = ((parts["VS"][clean] - parts["TS"][clean]) ** 2).sum(dim=1).mean()
-        return (self.mi_terms(model, parts, ("VS_FT", "TS_FV"), m.gamma, batch, clean)
-                + m.gamma * m.beta1 * kl
-                + self.mi_terms(model, parts, ("VX_FV", "TX_FT"), 1 - m.gamma, batch, clean)
-                + self.mi_terms(model, parts, ("VX_FT", "TX_FV"),
-                                (1 - m.gamma) * (1 + m.beta2), batch, clean))
+        parts = {name: part[clean] for name, part in parts.items()}
+        kl = ((parts["VS"] - parts["TS"]) ** 2).sum(dim=1).mean()
+        weights = {"VS_FT": m.gamma, "TS_FV": m.gamma, "VX_FV": 1 - m.gamma,
+                   "TX_FT": 1 - m.gamma, "VX_FT": (1 - m.gamma) * (1 + m.beta2),
+                   "TX_FV": (1 - m.gamma) * (1 + m.beta2)}
+        return m.gamma * m.beta1 * kl + self.mi_terms(
+            model, "clean", parts, weights, (batch.image_group[clean], batch.text_group[clean]))
 
-    def mi_terms(self, model: DisNCLNet, parts: dict[str, torch.Tensor], names: tuple[str, ...],
-                 weight: float, batch, rows: Any) -> torch.Tensor:
-        """``weight`` times the sum of the named informations, as a loss: ``-weight * I`` for a
-        cooperative term (everyone maximises it) and, for an adversarial one, ``-weight * I`` with
-        the inputs behind a gradient reversal (the discriminator maximises it, the encoders
-        minimise it)."""
-        total = torch.zeros((), device=self.device)
-        groups = (batch.image_group[rows], batch.text_group[rows])
-        for name in names:
+    def mi_terms(self, model: DisNCLNet, bank: str, parts: dict[str, torch.Tensor],
+                 weights: dict[str, float], groups: tuple[torch.Tensor, torch.Tensor]) \
+            -> torch.Tensor:
+        """The weighted sum of the informations of ``bank``'s critics between rows of
+        ``parts`` (of pairs with image and caption ``groups``), as a loss: ``-weight * I`` for
+        a cooperative term (everyone maximises it) and, for an adversarial one, ``-weight * I``
+        with the inputs behind a gradient reversal (the discriminator maximises it, the
+        encoders minimise it)."""
+        critics = model.critics[bank]
+        inputs: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+        for name in critics.names:
             first, second, adversarial = CRITICS[name]
-            a, b = parts[first][rows], parts[second][rows]
-            if adversarial:
-                a, b = reverse_gradient(a), reverse_gradient(b)
-            estimate, right, count = jsd_information(model.critics[name], a, b, groups)
-            self._add(f"accuracy_{name}", right, count)
-            total = total - weight * estimate
-        return total
+            for side, part in zip(inputs, (parts[first], parts[second])):
+                side.append(reverse_gradient(part) if adversarial else part)
+        estimate, right, count = jsd_information(critics, torch.stack(inputs[0]),
+                                                 torch.stack(inputs[1]), groups)
+        for name, hits in zip(critics.names, right.tolist()):
+            self._add(f"accuracy_{name}", hits, count)
+        weight = torch.tensor([weights[name] for name in critics.names], device=self.device)
+        return -(weight * estimate).sum()
 
     def end_epoch(self, model: DisNCLNet, epoch: int) -> dict[str, float]:
         return {name: self.sums[name] / max(self.counts[name], 1.0) for name in self.sums}

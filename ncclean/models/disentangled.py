@@ -20,6 +20,10 @@ CRITICS = {"VS_FT": ("VS", "FT", False), "TS_FV": ("TS", "FV", False),
            "VX_FV": ("VX", "FV", False), "TX_FT": ("TX", "FT", False),
            "VX_FT": ("VX", "FT", True), "TX_FV": ("TX", "FV", True),
            "VS_VX": ("VS", "VX", True), "TS_TX": ("TS", "TX", True)}
+# The critics by the rows they read, each group one :class:`CriticBank`: L_Dis's read the
+# clean pairs, L_reg's every pair.
+BANKS = {"clean": ("VS_FT", "TS_FV", "VX_FV", "TX_FT", "VX_FT", "TX_FV"),
+         "all": ("VS_VX", "TS_TX")}
 
 
 def mlp(d_in: int, d_out: int, hidden: int = 256) -> nn.Sequential:
@@ -45,20 +49,13 @@ class ResidualMLP(nn.Module):
 HEADS = {"mlp": mlp, "residual": ResidualMLP}
 
 
-class _Reverse(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # noqa: ARG004 - autograd's signature
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
-        return -grad
-
-
 def reverse_gradient(x: torch.Tensor) -> torch.Tensor:
     """Identity forward, negated gradient backward: what lies before it (the encoders) descends
-    on minus the loss that what lies after it (a discriminator) descends on."""
-    return _Reverse.apply(x)
+    on minus the loss that what lies after it (a discriminator) descends on. Written as
+    ``2 x.detach() - x`` (exactly ``x``: doubling is exact and the difference of numbers within
+    a factor of two is too), so the backward pass stays in torch's engine, with no Python
+    function to call back."""
+    return 2 * x.detach() - x
 
 
 class DisentangledMatcher(nn.Module):
@@ -120,36 +117,86 @@ class ExclusiveView(nn.Module):
         return F.normalize(self.matcher.split_texts(*inputs)[2], dim=-1)
 
 
+class CriticBank(nn.Module):
+    """Critics of one shape, stacked: each the paper's :func:`mlp` (LeakyReLU 0.2) on a pair of
+    codes, ``d_first + d_second -> hidden -> hidden -> 1``, all of them applied to a batch in
+    a few batched products instead of a dozen small ones each. Critic ``i`` starts with the
+    weights :func:`mlp` would give it, drawn in the order of ``names``."""
+
+    def __init__(self, names: tuple[str, ...], d_first: int, d_second: int, hidden: int = 256):
+        super().__init__()
+        self.names = tuple(names)
+        critics = [mlp(d_first + d_second, 1, hidden) for _ in self.names]
+
+        def stacked(layer: int, part: str, columns: slice = slice(None)) -> nn.Parameter:
+            tensors = [getattr(critic[layer], part).detach() for critic in critics]
+            return nn.Parameter(torch.stack([t[:, columns].T.contiguous() if part == "weight"
+                                             else t for t in tensors]))
+
+        # The first layer by the half of its input it reads: (n, d_first or d_second, hidden).
+        self.w1_first = stacked(0, "weight", slice(0, d_first))
+        self.w1_second = stacked(0, "weight", slice(d_first, None))
+        self.b1 = stacked(0, "bias")  # (n, hidden)
+        self.w2, self.b2 = stacked(2, "weight"), stacked(2, "bias")
+        self.w3, self.b3 = stacked(4, "weight"), stacked(4, "bias")  # (n, hidden, 1), (n, 1)
+
+    def forward(self, first: torch.Tensor, second: torch.Tensor,
+                apart: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each critic's logits of the joint samples (row ``i`` of ``first`` with row ``i`` of
+        ``second``), ``(n, R)``, and of the marginal samples (row ``i`` with row ``i - 1`` of
+        ``second``, where ``apart``), ``(n, M)``; ``first`` is ``(n, R, d_first)`` and
+        ``second`` ``(n, R, d_second)``. The first layer of a concatenation is the sum of its
+        halves' products, so each half is multiplied once for both kinds of sample."""
+        a, b = torch.bmm(first, self.w1_first), torch.bmm(second, self.w1_second)
+        rows = first.shape[1]
+        pre = torch.cat([a + b, (a + b.roll(1, dims=1))[:, apart]], dim=1) + self.b1[:, None]
+        hidden = F.leaky_relu(pre, 0.2)
+        hidden = F.leaky_relu(torch.baddbmm(self.b2[:, None], hidden, self.w2), 0.2)
+        out = torch.baddbmm(self.b3[:, None], hidden, self.w3).squeeze(2)
+        return out[:, :rows], out[:, rows:]
+
+
 class DisNCLNet(nn.Module):
-    """What trains: the disentangled matcher and the eight discriminators (:data:`CRITICS`)."""
+    """What trains: the disentangled matcher and the eight discriminators (:data:`CRITICS`), in
+    the banks of :data:`BANKS`."""
 
     def __init__(self, matcher: DisentangledMatcher, hidden: int = 256):
         super().__init__()
         self.matcher = matcher
+
         def width(part: str) -> int:
             return matcher.backbone.embed_dim if part[0] == "F" else matcher.head_dim
 
-        self.critics = nn.ModuleDict({name: mlp(width(a) + width(b), 1, hidden)
-                                      for name, (a, b, _) in CRITICS.items()})
+        banks = {}
+        for bank, names in BANKS.items():
+            (first, second), = {(width(CRITICS[n][0]), width(CRITICS[n][1])) for n in names}
+            banks[bank] = CriticBank(names, first, second, hidden)
+        self.critics = nn.ModuleDict(banks)
 
     def clip_groups(self) -> list[list[nn.Parameter]]:
         """The loop clips the encoder and the discriminators each on its own."""
         return [list(self.matcher.parameters()), list(self.critics.parameters())]
 
 
-def jsd_information(critic: nn.Module, first: torch.Tensor, second: torch.Tensor,
-                    groups: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
-    """Eq. 9: the Jensen-Shannon estimate ``E_joint[log s(d)] + E_marginal[log(1 - s(d))]`` of
-    the information between ``first`` and ``second`` (rows paired), with the batch rolled by
-    one as marginal samples (partners sharing an image or caption skipped). Returns the estimate
-    (a scalar in ``(-inf, 0]``) and how many of the samples the critic classified right, of how
-    many."""
-    joint = critic(torch.cat([first, second], dim=1)).squeeze(1)
+def marginal_partners(groups: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``(B,) bool``: row ``i`` and row ``i - 1`` (the batch rolled by one) show another image
+    and another caption, so they make a marginal sample for :func:`jsd_information`."""
     images, texts = groups
-    apart = (images != images.roll(1)) & (texts != texts.roll(1))
-    marginal = critic(torch.cat([first, second.roll(1, dims=0)], dim=1)).squeeze(1)[apart]
-    estimate = -F.softplus(-joint).mean()
-    if len(marginal):
-        estimate = estimate - F.softplus(marginal).mean()
-    right = int((joint > 0).sum()) + int((marginal < 0).sum())
-    return estimate, right, len(joint) + len(marginal)
+    return (images != images.roll(1)) & (texts != texts.roll(1))
+
+
+def jsd_information(bank: CriticBank, first: torch.Tensor, second: torch.Tensor,
+                    groups: tuple[torch.Tensor, torch.Tensor]) \
+        -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Eq. 9 for each critic of ``bank``: the Jensen-Shannon estimate ``E_joint[log s(d)] +
+    E_marginal[log(1 - s(d))]`` of the information between its ``first`` and ``second``
+    (``(n, R, d)``, rows paired; the rows show pairs of image and caption ``groups``), with the
+    batch rolled by one as marginal samples (partners sharing an image or caption skipped).
+    Returns the estimates ``(n,)``, each in ``(-inf, 0]``, how many of its samples each critic
+    classified right ``(n,)``, and of how many."""
+    joint, marginal = bank(first, second, marginal_partners(groups))
+    estimate = -F.softplus(-joint).mean(dim=1)
+    if marginal.shape[1]:
+        estimate = estimate - F.softplus(marginal).mean(dim=1)
+    right = (joint > 0).sum(dim=1) + (marginal < 0).sum(dim=1)
+    return estimate, right, joint.shape[1] + marginal.shape[1]

@@ -22,7 +22,7 @@ from ncclean.methods.disncl import (
     soft_alignment,
 )
 from ncclean.methods.mixture import fit_clean_posterior
-from ncclean.models.disentangled import ResidualMLP
+from ncclean.models.disentangled import CriticBank, ResidualMLP, mlp
 from ncclean.testing import check_method
 from ncclean.train.losses import negative_mask
 
@@ -71,13 +71,14 @@ def test_mutual_argmax_ignores_masked_duplicates():
 
 def _grads(reverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    encoder, critic = nn.Linear(4, 3), nn.Linear(6, 1)
+    encoder, critic = nn.Linear(4, 3), CriticBank(("c",), 3, 3, hidden=5)
     x, y = torch.randn(8, 4), torch.randn(8, 3)
     code = encoder(x)
     code = reverse_gradient(code) if reverse else code
-    estimate, _, _ = jsd_information(critic, code, y, (torch.arange(8), torch.arange(8)))
-    (-estimate).backward()
-    return encoder.weight.grad.clone(), critic.weight.grad.clone()
+    estimate, _, _ = jsd_information(critic, code[None], y[None],
+                                     (torch.arange(8), torch.arange(8)))
+    (-estimate.sum()).backward()
+    return encoder.weight.grad.clone(), critic.w1_first.grad.clone()
 
 
 def test_gradient_reversal_flips_only_the_encoder_side():
@@ -89,13 +90,32 @@ def test_gradient_reversal_flips_only_the_encoder_side():
 
 
 def test_jsd_estimate_is_at_most_zero_and_skips_shared_partners():
-    critic = nn.Linear(4, 1)
-    a, b = torch.randn(6, 2), torch.randn(6, 2)
-    estimate, right, count = jsd_information(critic, a, b, (torch.arange(6), torch.arange(6)))
-    assert estimate <= 0 and count == 12 and 0 <= right <= 12
+    critics = CriticBank(("one", "two"), 2, 2, hidden=4)
+    a, b = torch.randn(2, 6, 2), torch.randn(2, 6, 2)
+    estimate, right, count = jsd_information(critics, a, b, (torch.arange(6), torch.arange(6)))
+    assert estimate.shape == (2,) and (estimate <= 0).all()
+    assert count == 12 and ((right >= 0) & (right <= 12)).all()
     same_image = torch.zeros(6, dtype=torch.long)  # every rolled partner shows the same image
-    _, _, count = jsd_information(critic, a, b, (same_image, torch.arange(6)))
+    _, _, count = jsd_information(critics, a, b, (same_image, torch.arange(6)))
     assert count == 6
+
+
+def test_a_bank_of_critics_is_the_papers_mlps_applied_one_by_one():
+    """Stacked critics start with the weights :func:`mlp` draws for each, in order, and give
+    each one's logits of the joint and the marginal samples (the batch rolled by one)."""
+    torch.manual_seed(3)
+    bank = CriticBank(("p", "q"), 3, 2, hidden=4)
+    torch.manual_seed(3)
+    critics = [mlp(5, 1, 4), mlp(5, 1, 4)]
+    first, second = torch.randn(2, 7, 3), torch.randn(2, 7, 2)
+    apart = torch.tensor([True, False, True, True, True, False, True])
+    joint, marginal = bank(first, second, apart)
+    for k, critic in enumerate(critics):
+        expected_joint = critic(torch.cat([first[k], second[k]], dim=1)).squeeze(1)
+        expected_marginal = critic(torch.cat([first[k], second[k].roll(1, dims=0)],
+                                             dim=1)).squeeze(1)[apart]
+        assert torch.allclose(joint[k], expected_joint, atol=1e-6)
+        assert torch.allclose(marginal[k], expected_marginal, atol=1e-6)
 
 
 def test_reverse_soft_loss_is_bounded_and_forward_is_not():
