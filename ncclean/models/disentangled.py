@@ -52,9 +52,9 @@ HEADS = {"mlp": mlp, "residual": ResidualMLP}
 def reverse_gradient(x: torch.Tensor) -> torch.Tensor:
     """Identity forward, negated gradient backward: what lies before it (the encoders) descends
     on minus the loss that what lies after it (a discriminator) descends on. Written as
-    ``2 x.detach() - x`` (exactly ``x``: doubling is exact and the difference of numbers within
-    a factor of two is too), so the backward pass stays in torch's engine, with no Python
-    function to call back."""
+    ``2 x.detach() - x`` (exactly ``x`` for any finite ``x`` below half the float range:
+    doubling is exact and so is the difference of numbers within a factor of two), so the
+    backward pass stays in torch's engine, with no Python function to call back."""
     return 2 * x.detach() - x
 
 

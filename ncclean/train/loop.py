@@ -242,8 +242,17 @@ def _load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.O
         return 0, []
     meta = json.loads(meta_path.read_text())
     tensors = load_file(str(directory / _STATE))
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
-                           if k.startswith("model.")})
+    try:
+        model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
+                               if k.startswith("model.")})
+    except RuntimeError as error:  # another method, other settings, or an older ncclean
+        from ncclean.errors import BadOptionError
+
+        raise BadOptionError(
+            f"--resume: the checkpoint in {directory} does not fit this run's model (another "
+            f"method, other settings or another ncclean version: "
+            f"{str(error).splitlines()[0].rstrip(':. ')}); drop --resume or use another "
+            "--checkpoint-dir") from None
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith("optimizer."):

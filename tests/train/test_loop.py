@@ -89,6 +89,15 @@ def test_resume_ends_with_the_same_weights(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_resuming_another_models_checkpoint_is_a_clear_error(tmp_path):
+    from ncclean.errors import BadOptionError
+
+    train(fresh_model(), Regression(), TrainConfig(epochs=1, checkpoint_dir=tmp_path))
+    with pytest.raises(BadOptionError, match="does not fit this run's model"):
+        train(nn.Sequential(nn.Linear(1, 1)), Regression(),
+              TrainConfig(epochs=2, checkpoint_dir=tmp_path, resume=True))
+
+
 def test_gradient_clipping_is_applied():
     model = fresh_model()
 
