@@ -81,6 +81,7 @@ from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.gmm import schedule
 from ncclean.methods.mixture import PosteriorMean, fit_clean_posterior
 from ncclean.models.disentangled import (
+    BANKS,
     CRITICS,
     DisentangledMatcher,
     DisNCLNet,
@@ -145,6 +146,13 @@ class Disentangle(Objective):
         self.seed = seed
         self.stage = "warm-up"
         self.averaged = PosteriorMean(features.n_pairs)
+        g, b2 = method.gamma, method.beta2
+        weights = {"VS_FT": g, "TS_FV": g, "VX_FV": 1 - g, "TX_FT": 1 - g,  # Eq. 1, 11
+                   "VX_FT": (1 - g) * (1 + b2), "TX_FV": (1 - g) * (1 + b2),
+                   "VS_VX": 1.0, "TS_TX": 1.0}  # L_reg
+        self.critic_weights = {bank: torch.tensor([weights[name] for name in names],
+                                                  device=device)
+                               for bank, names in BANKS.items()}
         self._reset()
 
     def _reset(self) -> None:
@@ -210,7 +218,6 @@ class Disentangle(Objective):
             total = total + dis
         if terms >= 3:
             reg = self.mi_terms(model, "all", {"VS": vs, "VX": vx, "TS": ts, "TX": tx},
-                                {"VS_VX": 1.0, "TS_TX": 1.0},
                                 (batch.image_group, batch.text_group))
             self._add("reg", reg)
             total = total + reg
@@ -222,20 +229,16 @@ class Disentangle(Objective):
         m = self.m
         parts = {name: part[clean] for name, part in parts.items()}
         kl = ((parts["VS"] - parts["TS"]) ** 2).sum(dim=1).mean()
-        weights = {"VS_FT": m.gamma, "TS_FV": m.gamma, "VX_FV": 1 - m.gamma,
-                   "TX_FT": 1 - m.gamma, "VX_FT": (1 - m.gamma) * (1 + m.beta2),
-                   "TX_FV": (1 - m.gamma) * (1 + m.beta2)}
         return m.gamma * m.beta1 * kl + self.mi_terms(
-            model, "clean", parts, weights, (batch.image_group[clean], batch.text_group[clean]))
+            model, "clean", parts, (batch.image_group[clean], batch.text_group[clean]))
 
     def mi_terms(self, model: DisNCLNet, bank: str, parts: dict[str, torch.Tensor],
-                 weights: dict[str, float], groups: tuple[torch.Tensor, torch.Tensor]) \
-            -> torch.Tensor:
-        """The weighted sum of the informations of ``bank``'s critics between rows of
-        ``parts`` (of pairs with image and caption ``groups``), as a loss: ``-weight * I`` for
-        a cooperative term (everyone maximises it) and, for an adversarial one, ``-weight * I``
-        with the inputs behind a gradient reversal (the discriminator maximises it, the
-        encoders minimise it)."""
+                 groups: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The sum of the informations of ``bank``'s critics between rows of ``parts`` (of
+        pairs with image and caption ``groups``), each with its weight in
+        :attr:`critic_weights`, as a loss: ``-weight * I`` for a cooperative term (everyone
+        maximises it) and, for an adversarial one, ``-weight * I`` with the inputs behind a
+        gradient reversal (the discriminator maximises it, the encoders minimise it)."""
         critics = model.critics[bank]
         inputs: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
         for name in critics.names:
@@ -246,8 +249,7 @@ class Disentangle(Objective):
                                                  torch.stack(inputs[1]), groups)
         for name, hits in zip(critics.names, right.tolist()):
             self._add(f"accuracy_{name}", hits, count)
-        weight = torch.tensor([weights[name] for name in critics.names], device=self.device)
-        return -(weight * estimate).sum()
+        return -(self.critic_weights[bank] * estimate).sum()
 
     def end_epoch(self, model: DisNCLNet, epoch: int) -> dict[str, float]:
         return {name: self.sums[name] / max(self.counts[name], 1.0) for name in self.sums}

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ncclean.errors import BadOptionError
 from ncclean.progress import Progress, no_progress
 from ncclean.seeds import derive_seed, epoch_rng
 
@@ -246,8 +247,6 @@ def _load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.O
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
                                if k.startswith("model.")})
     except RuntimeError as error:  # another method, other settings, or an older ncclean
-        from ncclean.errors import BadOptionError
-
         raise BadOptionError(
             f"--resume: the checkpoint in {directory} does not fit this run's model (another "
             f"method, other settings or another ncclean version: "
