@@ -40,8 +40,6 @@ from ncclean.train.warmup import WarmUp, cycled_batches, encode, warmup_epochs_f
 
 RESULTS = "benchmarks/results/gmm.md"
 HEAD_EPOCHS = 4  # co-training epochs of a head on fixed image vectors, at every size (schedule)
-
-
 MAX_EPOCHS = 40  # co-training's cap, the paper's F30K length
 
 
