@@ -50,7 +50,7 @@ from ncclean.progress import Progress, no_progress
 from ncclean.records import Summary
 from ncclean.seeds import derive_seed
 from ncclean.train.loop import Objective, TrainConfig, train
-from ncclean.train.losses import contrastive_ce, negative_mask
+from ncclean.train.losses import contrastive_ce
 from ncclean.train.scoring import embed as embed_pairs
 
 KEEPS = ("clean", "significant", "clean+vague", "weighted")
@@ -135,8 +135,7 @@ class Plain(Objective):
     def loss(self, model, step: Any, epoch: int) -> torch.Tensor:
         batch = self.features.batch(step, self.device)
         sims = model.batch_similarity(batch)
-        i2t, t2i = contrastive_ce(sims, negative_mask(batch.image_group, batch.text_group),
-                                  self.config.temperature)
+        i2t, t2i = contrastive_ce(sims, batch.negatives, self.config.temperature)
         weights = self.weights[step].to(self.device)
         return (weights * (i2t + t2i) / 2).sum() / weights.sum().clamp(min=1e-8)
 

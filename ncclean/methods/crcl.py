@@ -43,7 +43,6 @@ from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.models.features import Features
 from ncclean.seeds import derive_rng, derive_seed
 from ncclean.train.loop import Objective, TrainConfig, train
-from ncclean.train.losses import negative_mask
 from ncclean.train.scoring import (
     Embeddings,
     embed,
@@ -224,7 +223,7 @@ class SelfRefine(Objective):
         _, rows = step
         batch = self.features.batch(rows, self.device)
         sims = model.batch_similarity(batch)
-        mask = negative_mask(batch.image_group, batch.text_group)
+        mask = batch.negatives
         used = self.used_labels(rows)
         if self.method.update == "batch":
             with torch.no_grad():

@@ -95,7 +95,6 @@ from ncclean.train.losses import (
     adaptive_prediction,
     hardest_negative_hinge,
     mean_hinge,
-    negative_mask,
     soft_margin,
 )
 from ncclean.train.scoring import Embeddings, embed, fixed_batches, kept_dtype, pair_losses
@@ -190,7 +189,7 @@ class Disentangle(Objective):
         fv, vs, vx = model.matcher.split_images(*batch.images)
         ft, ts, tx = model.matcher.split_texts(*batch.texts)
         sims = F.normalize(vs, dim=-1) @ F.normalize(ts, dim=-1).T
-        mask = negative_mask(batch.image_group, batch.text_group)
+        mask = batch.negatives
         if epoch < self.warmup:
             return self.hinge(sims, mask, m.margin).sum()
 

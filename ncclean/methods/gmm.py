@@ -31,7 +31,6 @@ from ncclean.train.losses import (
     adaptive_prediction,
     hardest_negative_hinge,
     mean_hinge,
-    negative_mask,
     relative_to_top,
     soft_margin,
 )
@@ -159,7 +158,7 @@ class CoDivide(WarmUp):
             images, texts, noisy_embedded = self._encode(member, batch, noisy_batch)
             sims = images @ texts.T
             label = self.clean_label(member, batch, clean, k, sims)
-            mask = negative_mask(batch.image_group, batch.text_group)
+            mask = batch.negatives
             total = total + self.robust_loss(sims, mask, label).sum()
             extra = self.extra_loss(member, images, texts)
             if extra is not None:
@@ -209,7 +208,7 @@ class CoDivide(WarmUp):
         else:
             sims = member.batch_similarity(noisy)
         label = (self.predict(member, noisy, sims) + self.predict(other, noisy)) / 2
-        mask = negative_mask(noisy.image_group, noisy.text_group)
+        mask = noisy.negatives
         return self.robust_loss(sims, mask, label).sum()
 
     def clean_label(self, member: torch.nn.Module, batch: Batch, clean: np.ndarray,
@@ -232,7 +231,7 @@ class CoDivide(WarmUp):
         similarities by ``member`` in training mode, if already computed; where the member's
         forward pass is the same in both modes (heads on fixed vectors: ``same_in_eval``) they
         are used as they are instead of a second forward pass (the same numbers)."""
-        mask = negative_mask(batch.image_group, batch.text_group)
+        mask = batch.negatives
         if sims is not None and getattr(member, "same_in_eval", False):
             return adaptive_prediction(sims.detach(), mask, self.method.margin)
         member.eval()

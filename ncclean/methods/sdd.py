@@ -45,7 +45,7 @@ from ncclean.methods.mixture import MixtureFit, fit_clean_posterior
 from ncclean.models.features import Features
 from ncclean.stages import reference_cap
 from ncclean.train.loop import Objective, TrainConfig, train
-from ncclean.train.losses import contrastive_ce, negative_mask
+from ncclean.train.losses import contrastive_ce
 from ncclean.train.probe import Probe, confident_pool, memory_entries
 from ncclean.train.scoring import Embeddings, embed, kept_dtype
 from ncclean.train.warmup import starting_matcher, warmed_matcher
@@ -132,7 +132,7 @@ class SelfDropDualWeight(Objective):
         self.c[pairs] = c.cpu().numpy()
         w_sig = torch.where(c < 1, torch.tanh(c), torch.ones_like(c))
         batch = self.features.batch(pairs, self.device)
-        mask = negative_mask(batch.image_group, batch.text_group)
+        mask = batch.negatives
         i2t, t2i = contrastive_ce(model.batch_similarity(batch), mask, self.method.temperature)
         return (w_con * w_sig * (i2t + t2i)).mean()  # Eq. 12 with Eq. 2 (no 1/2, unlike the code)
 

@@ -9,6 +9,7 @@ vector). Repeated images and captions are stored and encoded once. Invalid rows 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,14 @@ class Batch:
     texts: tuple[torch.Tensor, ...]
     image_group: torch.Tensor
     text_group: torch.Tensor
+
+    @cached_property
+    def negatives(self) -> torch.Tensor:
+        """``(B, B) bool``: the valid-negative mask (:func:`ncclean.train.losses.negative_mask`),
+        made once for the losses and predictions that read it in a step."""
+        from ncclean.train.losses import negative_mask
+
+        return negative_mask(self.image_group, self.text_group)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch
 
 from ncclean.models.features import Features
 from ncclean.seeds import derive_rng
-from ncclean.train.losses import contrastive_ce, negative_mask
+from ncclean.train.losses import contrastive_ce
 from ncclean.train.scoring import Embeddings
 
 _BLOCK = 2048
@@ -81,7 +81,7 @@ def bank_losses(matcher, features: Features, entries: np.ndarray, device: str,
     """Image-to-text and text-to-image cross-entropies of memory entries ``entries`` (pair
     indices) against each other, ``(B,)`` each."""
     batch = features.batch(entries, device)
-    mask = negative_mask(batch.image_group, batch.text_group)
+    mask = batch.negatives
     return contrastive_ce(matcher.batch_similarity(batch), mask, temperature)
 
 
@@ -117,7 +117,7 @@ class Probe:
         batch = self.features.batch(pairs, self.device)
         # cuDNN's GRU has no backward in eval mode; the native kernels (slower) have one
         with torch.backends.cudnn.flags(enabled=False):
-            mask = negative_mask(batch.image_group, batch.text_group)
+            mask = batch.negatives
             i2t, t2i = contrastive_ce(probe.batch_similarity(batch), mask, self.temperature)
             loss = (weights * (i2t + t2i) / 2).mean()
             probe.zero_grad(set_to_none=True)

@@ -17,7 +17,7 @@ import torch
 
 from ncclean.models.features import Batch, Features
 from ncclean.train.loop import Objective, TrainConfig, train
-from ncclean.train.losses import mean_hinge, negative_mask
+from ncclean.train.losses import mean_hinge
 
 WARMUP_STEPS = 320  # optimiser steps of the warm-up rule (one epoch with frozen image vectors)
 HEAD_WARMUP_EPOCHS = 1  # a head on fixed image vectors, at every size (gmm.schedule)
@@ -86,7 +86,7 @@ class WarmUp(Objective):
         for member, pairs in zip(model.members, parts):
             batch = self.features.batch(pairs, self.device)
             images, texts = encode(member, batch)
-            mask = negative_mask(batch.image_group, batch.text_group)
+            mask = batch.negatives
             total = total + mean_hinge(images @ texts.T, mask, self.margin).sum()
             extra = self.extra_loss(member, images, texts)
             if extra is not None:

@@ -1,8 +1,10 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from ncclean.models.features import Batch
 from ncclean.train.losses import (
     adaptive_prediction,
     hardest_negative_hinge,
@@ -45,6 +47,35 @@ def test_masked_negatives_do_not_count():
     changed = SIMS.clone()
     changed[0, 2] = 5.0
     assert torch.allclose(mean_hinge(changed, mask)[0], loss[0])
+
+
+def test_mean_hinge_matches_the_masked_mean_and_its_gradient():
+    """The hinge over normalised weights against the plain masked mean of the definition, with
+    per-pair margins, a masked duplicate and a pair left without any valid negative."""
+    generator = torch.Generator().manual_seed(0)
+    sims = torch.rand(6, 6, generator=generator, requires_grad=True)
+    margins = torch.rand(6, generator=generator) * 0.2
+    mask = negative_mask(torch.tensor([0, 1, 2, 3, 3, 4]), torch.tensor([0, 1, 2, 3, 4, 4]))
+    mask[5, :] = mask[:, 5] = False  # pair 5: no valid negative, loss 0
+    positive = sims.diagonal()
+    i2t = (margins[:, None] - positive[:, None] + sims).clamp(min=0)
+    t2i = (margins[None, :] - positive[None, :] + sims).clamp(min=0)
+    count = mask.sum(1).clamp(min=1)
+    expected = (i2t * mask).sum(1) / count + (t2i * mask).sum(0) / count
+    loss = mean_hinge(sims, mask, margins)
+    assert torch.allclose(loss, expected)
+    assert loss[5].item() == 0.0
+    (expected_grad,) = torch.autograd.grad(expected.sum(), sims)
+    (grad,) = torch.autograd.grad(loss.sum(), sims)
+    assert torch.allclose(grad, expected_grad)
+
+
+def test_a_batch_makes_its_negative_mask_once():
+    image_group, text_group = torch.tensor([0, 0, 1, 2]), torch.tensor([5, 6, 7, 5])
+    batch = Batch(pairs=np.arange(4), images=(), texts=(), image_group=image_group,
+                  text_group=text_group)
+    assert torch.equal(batch.negatives, negative_mask(image_group, text_group))
+    assert batch.negatives is batch.negatives
 
 
 def test_hardest_negative_hinge_with_per_pair_margins():
