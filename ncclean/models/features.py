@@ -20,6 +20,7 @@ from ncclean.data.images import DEFAULT_MAX_PIXELS
 from ncclean.data.text import Vocabulary, tokenize
 from ncclean.models.matcher import MatcherConfig
 from ncclean.progress import Progress, no_progress
+from ncclean.train.losses import negative_mask
 
 
 @dataclass
@@ -36,8 +37,6 @@ class Batch:
     def negatives(self) -> torch.Tensor:
         """``(B, B) bool``: the valid-negative mask (:func:`ncclean.train.losses.negative_mask`),
         made once for the losses and predictions that read it in a step."""
-        from ncclean.train.losses import negative_mask
-
         return negative_mask(self.image_group, self.text_group)
 
 

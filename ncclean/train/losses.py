@@ -21,10 +21,11 @@ def negative_mask(image_group: torch.Tensor, text_group: torch.Tensor) -> torch.
     return other_image & other_text
 
 
-def _mean_weights(mask: torch.Tensor, dim: int) -> torch.Tensor:
-    """``mask`` divided by its count along ``dim`` (at least 1): a mean over the valid entries is
-    then one product and one sum, and the division stays out of the autograd graph."""
-    return mask / mask.sum(dim, keepdim=True).clamp(min=1)
+def _mean_weights(mask: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """``mask`` divided by its count along ``dim`` (at least 1), in ``dtype``: a mean over the
+    valid entries is then one product and one sum, and the division stays out of the autograd
+    graph."""
+    return mask.to(dtype) / mask.sum(dim, keepdim=True).clamp(min=1)
 
 
 def _per_anchor(margin: torch.Tensor | float) -> tuple[torch.Tensor | float,
@@ -49,8 +50,8 @@ def mean_hinge(sims: torch.Tensor, negatives: torch.Tensor,
     row_margin, column_margin = _per_anchor(margin)
     image_to_text = torch.relu(row_margin - positive[:, None] + sims)
     text_to_image = torch.relu(column_margin - positive[None, :] + sims)
-    return (image_to_text * _mean_weights(negatives, 1)).sum(1) + \
-        (text_to_image * _mean_weights(negatives, 0)).sum(0)
+    return (image_to_text * _mean_weights(negatives, 1, sims.dtype)).sum(1) + \
+        (text_to_image * _mean_weights(negatives, 0, sims.dtype)).sum(0)
 
 
 def hardest_negative_hinge(sims: torch.Tensor, negatives: torch.Tensor,
