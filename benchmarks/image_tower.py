@@ -56,16 +56,12 @@ import torch
 clock = time.perf_counter
 
 
-def matmul_ceiling(side: int = 2048, repeats: int = 5) -> float:
-    """GFLOP/s of the best of ``repeats`` fp32 ``side x side`` matrix products."""
-    a, b = torch.randn(side, side), torch.randn(side, side)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        began = clock()
-        torch.mm(a, b)
-        best = min(best, clock() - began)
-    return 2 * side**3 / best / 1e9
+def matmul_ceiling() -> float:
+    """The machine's fp32 ceiling as ``benchmarks/speed.py`` measures it (the faster of
+    ``torch.mm`` and oneDNN; shares recorded before 2026-11-27 are of ``torch.mm``'s)."""
+    from speed import matmul_gflops
+
+    return matmul_gflops()
 
 
 def flop_per_image(network, size: int) -> float:

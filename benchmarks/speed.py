@@ -85,18 +85,35 @@ def _vectors(values: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(flat, DIM)
 
 
-def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
+def matmul_gflops(size: int = 2048, repeats: int = 5, path: str = "best") -> float:
     """fp32 GFLOP/s of a square matmul on this machine with torch's default threads (best of
-    ``repeats``)."""
+    ``repeats``). ``path``: ``"torch"`` (``torch.mm``: MKL's sgemm), ``"onednn"`` (oneDNN's
+    dense linear kernel, which :mod:`ncclean.models.linear` trains with) or ``"best"``, the
+    faster of the two: the machine's fp32 ceiling. On this project's AMD machine MKL takes its
+    AVX2 path and oneDNN its AVX-512 one, about twice as fast; ceilings recorded before
+    2026-11-27's fifth session are ``torch.mm``'s."""
+    if path == "best":
+        return max(matmul_gflops(size, repeats, "torch"), matmul_gflops(size, repeats, "onednn"))
     import torch
 
     a = torch.randn(size, size)
     b = torch.randn(size, size)
-    a @ b
+    if path == "onednn":
+        from ncclean.models import linear
+
+        if not linear.available():
+            return math.nan
+
+        def product():
+            torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+    else:
+        def product():
+            a @ b
+    product()
     best = math.inf
     for _ in range(repeats):
         began = time.perf_counter()
-        a @ b
+        product()
         best = min(best, time.perf_counter() - began)
     return 2 * size**3 / best / 1e9
 

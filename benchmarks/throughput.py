@@ -16,8 +16,12 @@ What it reports, per method:
   as they are executed: the backward of a layer reading data computes no input gradient, so a
   step counts a little under three times its forward), times the epoch's steps. The GRU's
   recurrent products are counted where torch decomposes them (see the ``cnn`` row's note).
-- **share**: that rate over the fp32 matmul ceiling (a 2048x2048 product, best of 5, the same
-  thread count), measured in the same process right before the method.
+- **share**: that rate over the machine's fp32 matmul ceiling (a 2048x2048 product, best of 5,
+  the same thread count, the faster of ``torch.mm`` and oneDNN: see ``speed.matmul_gflops``),
+  and, after the slash, over ``torch.mm``'s rate alone (the ceiling of records before
+  2026-11-27's fifth session), both measured in the same process right before the method.
+  ``NCCLEAN_ONEDNN=0`` trains on torch's own products instead of oneDNN's
+  (:mod:`ncclean.models.linear`), for a comparison in alternated processes.
 - **epoch**: seconds per training epoch (steps only) and the whole ``fit`` (steps plus
   everything between them: divisions, per-pair passes, mixtures, the final embeddings), and the
   share of ``fit`` outside the steps.
@@ -128,6 +132,7 @@ def run_method(name: str, args: argparse.Namespace, short: bool = False) -> dict
     else:
         features, config, truth = vector_corpus(args.pairs, args.seed)
     ceiling = math.nan if short else matmul_gflops()  # not inside a profile
+    ceiling_torch = math.nan if short else matmul_gflops(path="torch")
     began = time.perf_counter()
     if name == "cnn":
         from ncclean.train.warmup import warm_up
@@ -151,7 +156,8 @@ def run_method(name: str, args: argparse.Namespace, short: bool = False) -> dict
     rate = gflop / step_seconds
     return {"method": name, "pairs": features.n_pairs, "threads": _threads(),
             "ceiling": ceiling, "ceiling_after": ceiling_after, "gflops": rate,
-            "share": rate / ceiling,
+            "share": rate / ceiling, "ceiling_torch": ceiling_torch,
+            "share_torch": rate / ceiling_torch, "onednn": _onednn(),
             "epochs": len(history), "steps": steps, "step_seconds": step_seconds,
             "epoch_seconds": step_seconds / max(1, len(history)),
             "step_ms": 1000 * step_seconds / max(1, steps),
@@ -186,6 +192,12 @@ def _wrap_training(max_steps: int | None) -> None:
 
     for module in (warmup, gmm, crcl, disncl):
         module.train = wrapped
+
+
+def _onednn() -> bool:
+    from ncclean.models import linear
+
+    return linear.available()
 
 
 def _threads() -> int:
@@ -276,14 +288,16 @@ def ab_steps(name: str, args: argparse.Namespace, rounds: int = 6, chunk: int = 
 
 
 def render(rows: list[dict]) -> str:
-    lines = ["| method | pairs | threads | ceiling before / after | step GFLOP/s | share | "
+    lines = ["| method | pairs | threads | ceiling before / after (torch.mm) | step GFLOP/s | "
+             "share (of torch.mm) | "
              "GFLOP/step | ms/step | epoch (steps) | fit | outside steps | AUROC |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['method']} | {r['pairs']:,} | {r['threads']} | {r['ceiling']:.0f} / "
-            f"{r['ceiling_after']:.0f} | "
-            f"{r['gflops']:.0f} | {r['share']:.0%} | {r['gflop_per_step']:.2f} | "
+            f"{r['ceiling_after']:.0f} ({r.get('ceiling_torch', math.nan):.0f}) | "
+            f"{r['gflops']:.0f} | {r['share']:.0%} ({r.get('share_torch', math.nan):.0%}) | "
+            f"{r['gflop_per_step']:.2f} | "
             f"{r['step_ms']:.1f} | {r['epoch_seconds']:.1f} s | {r['fit_seconds']:.1f} s | "
             f"{r['outside_share']:.0%} | {r['auroc']:.3f} |")
     return "\n".join(lines)
@@ -293,12 +307,16 @@ def render_shares(rows: list[dict]) -> str:
     """Each method's share of the ceiling in every run (each against the ceiling measured in
     its own process) and their mean: the shares scatter from run to run on a shared machine."""
     shares: dict[str, list[float]] = {}
+    of_torch: dict[str, list[float]] = {}
     for r in rows:
         shares.setdefault(r["method"], []).append(r["share"])
-    lines = ["| method | share of the ceiling, run by run | mean | min |", "|---|---|---|---|"]
+        of_torch.setdefault(r["method"], []).append(r.get("share_torch", math.nan))
+    lines = ["| method | share of the ceiling, run by run | mean | min | mean of torch.mm's |",
+             "|---|---|---|---|---|"]
     for method, values in shares.items():
         lines.append(f"| {method} | {' / '.join(f'{v:.0%}' for v in values)} | "
-                     f"{statistics.mean(values):.0%} | {min(values):.0%} |")
+                     f"{statistics.mean(values):.0%} | {min(values):.0%} | "
+                     f"{statistics.mean(of_torch[method]):.0%} |")
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ from ncclean.methods.base import Context, MethodResult, param
 from ncclean.methods.gmm import CO_DIVISION_DEPARTURES, GMM, CoDivide
 from ncclean.methods.mixture import MixtureFit, clean_split, fit_clean_posterior
 from ncclean.models.features import Batch, Features
+from ncclean.models.linear import Linear
 from ncclean.models.matcher import Ensemble
 from ncclean.seeds import derive_seed
 from ncclean.train.losses import negative_mask
@@ -63,8 +64,8 @@ class Classified(nn.Module):
         super().__init__()
         self.matcher = matcher
         self.config = matcher.config
-        self.head = nn.Sequential(nn.Linear(matcher.embed_dim, hidden), nn.ReLU(),
-                                  nn.Linear(hidden, n_classes))
+        self.head = nn.Sequential(Linear(matcher.embed_dim, hidden), nn.ReLU(),
+                                  Linear(hidden, n_classes))
         self.clip_apart = clip_apart
 
     def clip_groups(self) -> list[list[nn.Parameter]]:

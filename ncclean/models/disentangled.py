@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ncclean.models.linear import Linear
+
 # name: (first, second, adversarial). F = the matcher's joint embedding, S/X = the heads.
 CRITICS = {"VS_FT": ("VS", "FT", False), "TS_FV": ("TS", "FV", False),
            "VX_FV": ("VX", "FV", False), "TX_FT": ("TX", "FT", False),
@@ -28,8 +30,8 @@ BANKS = {"clean": ("VS_FT", "TS_FV", "VX_FV", "TX_FT", "VX_FT", "TX_FV"),
 
 def mlp(d_in: int, d_out: int, hidden: int = 256) -> nn.Sequential:
     """The paper's 3-layer MLP: Linear, LeakyReLU(0.2), Linear, LeakyReLU(0.2), Linear."""
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.LeakyReLU(0.2),
-                         nn.Linear(hidden, hidden), nn.LeakyReLU(0.2), nn.Linear(hidden, d_out))
+    return nn.Sequential(Linear(d_in, hidden), nn.LeakyReLU(0.2),
+                         Linear(hidden, hidden), nn.LeakyReLU(0.2), Linear(hidden, d_out))
 
 
 class ResidualMLP(nn.Module):
@@ -40,7 +42,7 @@ class ResidualMLP(nn.Module):
     def __init__(self, d_in: int, d_out: int, hidden: int = 256):
         super().__init__()
         self.mlp = mlp(d_in, d_out, hidden)
-        self.skip = nn.Linear(d_in, d_out, bias=False)
+        self.skip = Linear(d_in, d_out, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.mlp(x) + self.skip(x)

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ncclean.models.linear import Linear
+
 
 def _conv(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
     # GroupNorm, not BatchNorm: BatchNorm's running statistics made the eval-mode losses swing
@@ -66,7 +68,7 @@ class PixelCNN(nn.Module):
             _conv(2 * w, 4 * w, 3, 2),
             _conv(4 * w, 8 * w, 3, 2),
         )
-        self.project = nn.Linear(8 * w, embed_dim)
+        self.project = Linear(8 * w, embed_dim)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
@@ -119,8 +121,8 @@ class VectorMLP(nn.Module):
 
     def __init__(self, in_dim: int, embed_dim: int = 256, hidden: int = 512):
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, embed_dim))
-        self.skip = nn.Linear(in_dim, embed_dim, bias=False)
+        self.mlp = nn.Sequential(Linear(in_dim, hidden), nn.GELU(), Linear(hidden, embed_dim))
+        self.skip = Linear(in_dim, embed_dim, bias=False)
 
     def forward(self, vectors: torch.Tensor) -> torch.Tensor:
         vectors = vectors.float()
