@@ -101,7 +101,7 @@ def matmul_gflops(size: int = 2048, repeats: int = 5, path: str = "best") -> flo
     if path == "onednn":
         from ncclean.models import linear
 
-        if not linear.available():
+        if not linear.kernel_available():
             return math.nan
 
         def product():

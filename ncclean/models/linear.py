@@ -25,10 +25,17 @@ from torch import nn
 
 @functools.cache
 def available() -> bool:
-    """Whether this torch has oneDNN's dense linear kernel on this machine (x86 builds with
-    oneDNN) and ``NCCLEAN_ONEDNN`` does not turn it off."""
+    """Whether layers use oneDNN: :func:`kernel_available` and ``NCCLEAN_ONEDNN`` does not
+    turn it off."""
     if os.environ.get("NCCLEAN_ONEDNN", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
+    return kernel_available()
+
+
+@functools.cache
+def kernel_available() -> bool:
+    """Whether this torch has oneDNN's dense linear kernel on this machine (x86 builds with
+    oneDNN)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     if not torch.backends.mkldnn.is_available():
@@ -41,10 +48,19 @@ def available() -> bool:
     return True
 
 
+def _dense(matrix: torch.Tensor) -> torch.Tensor:
+    """``matrix`` if it is stored by rows or by columns, else a copy stored by rows: oneDNN
+    takes either order as it is but slows a thousandfold on other strides (the expanded
+    gradient of a sum, for one)."""
+    if matrix.is_contiguous() or matrix.t().is_contiguous():
+        return matrix
+    return matrix.contiguous()
+
+
 def _product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN: ``x`` ``(n, k)``, ``weight`` ``(m, k)``, either may be a
     transposed view."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(_dense(x), _dense(weight), None, "none", [], "")
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -53,7 +69,8 @@ class _OneDNNLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(_dense(x), _dense(weight), bias, "none", [],
+                                                  "")
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:

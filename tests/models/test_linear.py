@@ -102,3 +102,28 @@ def test_flop_counter_counts_the_products():
         layer(x).sum().backward()
     # forward 2*32*64*16 and the weight gradient the same; no input gradient for data
     assert counter.get_total_flops() == 2 * 2 * 32 * 64 * 16
+
+
+
+def test_operands_go_to_onednn_by_rows_or_by_columns():
+    matrix = torch.randn(6, 4)
+    assert onednn._dense(matrix) is matrix and onednn._dense(matrix.t()).data_ptr() == \
+        matrix.data_ptr()  # transposed views pass as they are
+    expanded = torch.ones(()).expand(6, 4)
+    dense = onednn._dense(expanded)
+    assert dense.is_contiguous() and torch.equal(dense, expanded)
+
+
+@needs_onednn
+def test_expanded_operands_take_the_fast_path_in_time():
+    """The gradient of a sum is an expanded tensor (stride 0); given to oneDNN as it is, one
+    product of these shapes took about 45 ms instead of well under 1 ms."""
+    import time
+
+    layer = Linear(256, 128)
+    data = torch.ones(()).expand(128, 256)
+    linear(data, layer.weight).sum().backward()
+    began = time.perf_counter()
+    for _ in range(20):
+        linear(data, layer.weight).sum().backward()
+    assert time.perf_counter() - began < 0.3
