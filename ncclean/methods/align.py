@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ncclean.errors import BadOptionError
+from ncclean.models.linear import linear
 
 _BLOCK = 16384
 
@@ -169,7 +170,8 @@ def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray,
     out = torch.from_numpy(np.empty((len(vectors), projection.shape[1]), dtype=dtype))
     projection_t = torch.from_numpy(projection)
     offset = torch.from_numpy(mean) @ projection_t
+    weight = projection_t.t().contiguous()
     for start in range(0, len(vectors), _BLOCK):
-        rows = _block(vectors, slice(start, start + _BLOCK)) @ projection_t - offset
+        rows = linear(_block(vectors, slice(start, start + _BLOCK)), weight) - offset
         out[start:start + _BLOCK] = torch.nn.functional.normalize(rows, dim=1)
     return out.numpy()

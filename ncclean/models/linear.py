@@ -96,8 +96,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``F.linear(x, weight, bias)``: ``x`` ``(n, in)``, ``weight`` ``(out, in)``, ``bias``
     ``(out,)`` or ``None`` -> ``(n, out)``. Dense fp32 matrices on the CPU go through oneDNN
     (where :func:`available`), anything else (another dtype or device, more dimensions, an
-    empty batch) through ``F.linear``."""
-    if (x.dim() == 2 and len(x) and x.dtype == torch.float32 and weight.dtype == torch.float32
+    empty operand) through ``F.linear``. Also the matrix product ``x @ weight.T`` of two
+    blocks of vectors."""
+    if (x.dim() == 2 and x.numel() and weight.numel() and x.dtype == torch.float32
+            and weight.dtype == torch.float32
             and x.device.type == "cpu" and weight.device.type == "cpu" and x.layout == torch.strided
             and (bias is None or bias.dtype == torch.float32) and available()):
         return _OneDNNLinear.apply(x, weight, bias)

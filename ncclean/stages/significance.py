@@ -40,6 +40,7 @@ import torch
 
 from ncclean.data.shards import find_sorted
 from ncclean.models.features import Features
+from ncclean.models.linear import linear
 from ncclean.progress import Progress, no_progress
 from ncclean.seeds import derive_rng
 from ncclean.stages import reference_cap
@@ -105,7 +106,7 @@ def own_log_softmax(own: torch.Tensor, texts: torch.Tensor, pool: torch.Tensor,
     own = own / temperature
     bound = float(texts.norm(dim=1).max()) * float(pool.norm(dim=1).max()) / temperature \
         if len(texts) and len(pool) else 0.0
-    others = texts @ pool.T
+    others = linear(texts, pool)
     where = (torch.from_numpy(rows), torch.from_numpy(cols))
     if bound <= EXP_SAFE:
         others.div_(temperature).exp_()

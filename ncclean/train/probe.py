@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ncclean.models.features import Features
+from ncclean.models.linear import linear
 from ncclean.seeds import derive_rng
 from ncclean.train.losses import contrastive_ce
 from ncclean.train.scoring import Embeddings
@@ -56,7 +57,7 @@ def nearest_in_pool(table: np.ndarray, index: np.ndarray, keys: np.ndarray, pool
     for start in range(0, len(keys), _BLOCK):
         rows = keys[start:start + _BLOCK]
         queries = torch.from_numpy(table[index[rows]].astype(np.float32, copy=False))
-        sims = queries @ pool_vectors.T
+        sims = linear(queries, pool_vectors)
         same = torch.from_numpy(image_group[rows])[:, None] == pool_group[None, :]
         sims = sims.masked_fill(same, float("-inf"))
         best = sims.max(dim=1)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ncclean.models.features import Features
+from ncclean.models.linear import linear
 from ncclean.seeds import derive_rng
 from ncclean.train.losses import mean_hinge, negative_mask
 
@@ -128,9 +129,9 @@ def pair_losses(embeddings: Embeddings, features: Features, *, margin: float = 0
         offset, invalid = margin - positive, ~mask
         # In place on each product: the same numbers as (margin - S_ii + S_ij)_+ * mask with
         # three fewer (block, pool) temporaries per direction.
-        image_to_text = (img @ pool_texts.T).add_(offset).clamp_(min=0) \
+        image_to_text = linear(img, pool_texts).add_(offset).clamp_(min=0) \
             .masked_fill_(invalid, 0.0).sum(1)
-        text_to_image = (txt @ pool_images.T).add_(offset).clamp_(min=0) \
+        text_to_image = linear(txt, pool_images).add_(offset).clamp_(min=0) \
             .masked_fill_(invalid, 0.0).sum(1)
         out[rows.numpy()] = ((image_to_text + text_to_image) / count).numpy()
     return out
@@ -171,7 +172,7 @@ def pool_matching_probability(embeddings: Embeddings, features: Features, temper
     for rows, img, txt, positive, mask, pool_images, pool_texts in pool_blocks(
             embeddings, features, pool_size, rng):
         total = torch.zeros(len(rows))
-        for sims in (img @ pool_texts.T, txt @ pool_images.T):
+        for sims in (linear(img, pool_texts), linear(txt, pool_images)):
             logits = torch.cat([positive, sims.masked_fill(~mask, float("-inf"))], dim=1)
             total += torch.exp(positive[:, 0] / temperature
                                - torch.logsumexp(logits / temperature, dim=1))
