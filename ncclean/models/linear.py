@@ -7,7 +7,8 @@ a head's 128x512 by 512x512 product at about twice MKL's rate, the same fp32 ari
 (``benchmarks/results/throughput.md``, section "2026-11-27, fifth session"). :func:`linear` sends
 a layer's forward product and both backward products through oneDNN's dense linear kernel (the
 one ``torch.compile`` uses for inference) and everything else through ``F.linear``; :class:`Linear`
-is ``nn.Linear`` with that forward, the same parameters and state dict.
+is ``nn.Linear`` with that forward, the same parameters and state dict. The scoring passes' block
+products against small pools call :func:`linear` too.
 
 Set ``NCCLEAN_ONEDNN=0`` to use torch's own path everywhere (benchmarks compare the two).
 """
@@ -35,7 +36,7 @@ def available() -> bool:
 @functools.cache
 def kernel_available() -> bool:
     """Whether this torch has oneDNN's dense linear kernel on this machine (x86 builds with
-    oneDNN)."""
+    oneDNN). The first call also registers the kernel's cost with torch's FLOP counter."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     if not torch.backends.mkldnn.is_available():
