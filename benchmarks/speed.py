@@ -93,7 +93,7 @@ def matmul_gflops(size: int = 2048, repeats: int = 5, path: str = "best") -> flo
     AVX2 path and oneDNN its AVX-512 one, about twice as fast; ceilings recorded before
     2026-11-27's fifth session are ``torch.mm``'s."""
     if path == "best":
-        return max(matmul_gflops(size, repeats, "torch"), matmul_gflops(size, repeats, "onednn"))
+        return matmul_ceilings(size, repeats)[0]
     import torch
 
     a = torch.randn(size, size)
@@ -116,6 +116,13 @@ def matmul_gflops(size: int = 2048, repeats: int = 5, path: str = "best") -> flo
         product()
         best = min(best, time.perf_counter() - began)
     return 2 * size**3 / best / 1e9
+
+
+def matmul_ceilings(size: int = 2048, repeats: int = 5) -> tuple[float, float]:
+    """``(machine, torch)``: the machine's fp32 ceiling (the faster of ``torch.mm`` and
+    oneDNN) and ``torch.mm``'s rate, each path measured once (:func:`matmul_gflops`)."""
+    torch_rate = matmul_gflops(size, repeats, "torch")
+    return max(torch_rate, matmul_gflops(size, repeats, "onednn")), torch_rate
 
 
 #: The columns ``score --write scores`` reads of the corpus (it writes none of them back but

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from speed import matmul_gflops  # the ceiling, measured as speed.py measures it
+from speed import matmul_ceilings, matmul_gflops  # the ceiling, as speed.py measures it
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # measure the checkout this script lives in
@@ -131,8 +131,7 @@ def run_method(name: str, args: argparse.Namespace, short: bool = False) -> dict
         features, config, truth = image_corpus(args.images, args.seed)
     else:
         features, config, truth = vector_corpus(args.pairs, args.seed)
-    ceiling = math.nan if short else matmul_gflops()  # not inside a profile
-    ceiling_torch = math.nan if short else matmul_gflops(path="torch")
+    ceiling, ceiling_torch = (math.nan, math.nan) if short else matmul_ceilings()  # no profile
     began = time.perf_counter()
     if name == "cnn":
         from ncclean.train.warmup import warm_up

@@ -58,10 +58,11 @@ def _dense(matrix: torch.Tensor) -> torch.Tensor:
     return matrix.contiguous()
 
 
-def _product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` by oneDNN: ``x`` ``(n, k)``, ``weight`` ``(m, k)``, either may be a
-    transposed view."""
-    return torch.ops.mkldnn._linear_pointwise(_dense(x), _dense(weight), None, "none", [], "")
+def _product(x: torch.Tensor, weight: torch.Tensor,
+             bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T (+ bias)`` by oneDNN: ``x`` ``(n, k)``, ``weight`` ``(m, k)``, either
+    may be a transposed view."""
+    return torch.ops.mkldnn._linear_pointwise(_dense(x), _dense(weight), bias, "none", [], "")
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -70,8 +71,7 @@ class _OneDNNLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(_dense(x), _dense(weight), bias, "none", [],
-                                                  "")
+        return _product(x, weight, bias)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
