@@ -171,6 +171,7 @@ def detection(scored: Path, corpus: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
+    os.environ["NCCLEAN_COUNT_FLOPS"] = "1"  # the loop counts a step per epoch (children too)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=METHODS)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -282,7 +283,7 @@ def training_totals(sidecar: dict) -> dict:
             if "gflop" in value and "step_seconds" in value:
                 totals["gflop"] += value["gflop"]
                 totals["seconds"] += value["step_seconds"]
-                totals["steps"] += value.get("steps", 0)
+                totals["steps"] += value.get("timed_steps", value.get("steps", 0))
             else:
                 for item in value.values():
                     walk(item)

@@ -50,6 +50,18 @@ def test_loss_goes_down_and_reports_per_epoch():
     assert calls[0][0] == "fitting 1/30" and calls[-1][2].startswith("loss ")
 
 
+def test_operations_are_counted_only_when_asked_and_the_counted_step_is_not_timed(monkeypatch):
+    monkeypatch.delenv("NCCLEAN_COUNT_FLOPS", raising=False)
+    plain = train(fresh_model(), Regression(), TrainConfig(epochs=2, lr=0.05))
+    assert all("gflop" not in epoch and "timed_steps" not in epoch for epoch in plain)
+    monkeypatch.setenv("NCCLEAN_COUNT_FLOPS", "1")
+    counted = train(fresh_model(), Regression(), TrainConfig(epochs=2, lr=0.05))
+    # 16 rows x 1 x 1 forward, the weight's gradient in backward: 2 * 16 each; 3 timed steps.
+    assert [epoch["timed_steps"] for epoch in counted] == [3, 3]
+    assert counted[0]["gflop"] == pytest.approx(3 * 64 / 1e9)
+    assert [epoch["loss"] for epoch in counted] == [epoch["loss"] for epoch in plain]
+
+
 def test_learning_rate_drops():
     config = TrainConfig(epochs=5, lr=1.0, lr_drop_epochs=(2, 4))
     assert [config.lr_at(e) for e in range(5)] == [1.0, 1.0, 0.1, 0.1, 0.010000000000000002]
