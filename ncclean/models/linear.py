@@ -8,7 +8,8 @@ a head's 128x512 by 512x512 product at about twice MKL's rate, the same fp32 ari
 a layer's forward product and both backward products through oneDNN's dense linear kernel (the
 one ``torch.compile`` uses for inference) and everything else through ``F.linear``; :class:`Linear`
 is ``nn.Linear`` with that forward, the same parameters and state dict. The scoring passes' block
-products against small pools call :func:`linear` too.
+products against small pools call :func:`linear` too, and the GRU's own recurrence
+(:mod:`ncclean.models.gru`) calls :func:`product`, the same dispatch outside autograd.
 
 Set ``NCCLEAN_ONEDNN=0`` to use torch's own path everywhere (benchmarks compare the two).
 """
@@ -92,6 +93,13 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
+def _on_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    return (x.dim() == 2 and x.numel() > 0 and weight.numel() > 0 and x.dtype == torch.float32
+            and weight.dtype == torch.float32
+            and x.device.type == "cpu" and weight.device.type == "cpu" and x.layout == torch.strided
+            and (bias is None or bias.dtype == torch.float32) and available())
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) \
         -> torch.Tensor:
     """``F.linear(x, weight, bias)``: ``x`` ``(n, in)``, ``weight`` ``(out, in)``, ``bias``
@@ -99,11 +107,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     (where :func:`available`), anything else (another dtype or device, more dimensions, an
     empty operand) through ``F.linear``. Also the matrix product ``x @ weight.T`` of two
     blocks of vectors."""
-    if (x.dim() == 2 and x.numel() and weight.numel() and x.dtype == torch.float32
-            and weight.dtype == torch.float32
-            and x.device.type == "cpu" and weight.device.type == "cpu" and x.layout == torch.strided
-            and (bias is None or bias.dtype == torch.float32) and available()):
+    if _on_onednn(x, weight, bias):
         return _OneDNNLinear.apply(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) \
+        -> torch.Tensor:
+    """:func:`linear` outside autograd, for code that writes its own backward (the GRU's
+    recurrence): no graph, no autograd node per call. Either operand may be a transposed
+    view."""
+    if _on_onednn(x, weight, bias):
+        return _product(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
