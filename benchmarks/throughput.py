@@ -15,7 +15,7 @@ What it reports, per method:
   step per epoch (2*m*n*k per matrix product and 2*MACs per convolution, forward and backward
   as they are executed: the backward of a layer reading data computes no input gradient, so a
   step counts a little under three times its forward), times the epoch's other steps, over their
-  time: the counted step runs 1.3-1.5x slower under the counter and is timed apart (the script
+  time: the counted step runs 1.6-4x slower under the counter and is timed apart (the script
   sets ``NCCLEAN_COUNT_FLOPS=1``; users' runs count nothing). The GRU's recurrent products are
   counted, as torch decomposes them.
 - **share**: that rate over the machine's fp32 matmul ceiling (a 2048x2048 product, best of 5,

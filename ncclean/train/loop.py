@@ -194,7 +194,7 @@ def counting_flops() -> bool:
 
     Benchmarks set it (``benchmarks/throughput.py``, ``benchmarks/speed.py``): each epoch's
     report then carries ``gflop`` and ``timed_steps``, and its ``step_seconds`` leave out the
-    counted step, which runs 1.3-1.5x slower under the counter. Off by default: a user's run
+    counted step, which runs 1.6-4x slower under the counter. Off by default: a user's run
     would pay that slower step each epoch for a number it does not use."""
     return os.environ.get("NCCLEAN_COUNT_FLOPS", "0").strip().lower() in ("1", "true", "yes", "on")
 
