@@ -15,9 +15,9 @@ computes the same values (within fp32 rounding: ``tests/models/test_gru.py``) fr
   forward pass, and forms the recurrent weights' gradient in one product over all steps.
 
 A caption's mean does not depend on the order of its words' outputs, so the outputs are summed
-per caption straight from the packed rows. One forward and backward over 128 captions of up to
-16 words took 36% less time than ``nn.GRU``'s (``benchmarks/results/throughput.md``, sixth
-session).
+per caption straight from the packed rows. The text tower's forward and backward over 128
+captions of up to 16 words took 30% less time than through ``nn.GRU``
+(``benchmarks/results/throughput.md``, sixth session).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class TokenGRU(nn.Module):
     Id 0 is padding. A one-layer bidirectional GRU whose two directions are averaged (NCR's
     ``EncoderText``), then the mean over the caption's words. Captions with no tokens (length 0)
     read as a single ``<unk>``. On the CPU the GRU runs through
-    :func:`ncclean.models.gru.caption_means` (the same values, a third faster), elsewhere through
+    :func:`ncclean.models.gru.caption_means` (the same values in 30% less time), elsewhere through
     ``nn.GRU``.
     """
 
