@@ -230,9 +230,13 @@ class CoDivide(WarmUp):
         """P(I, T) of Eq. 5 for the batch, by ``member`` in eval mode. ``sims``: the batch's
         similarities by ``member`` in training mode, if already computed; where the member's
         forward pass is the same in both modes (heads on fixed vectors: ``same_in_eval``) they
-        are used as they are instead of a second forward pass (the same numbers)."""
+        are used as they are instead of a second forward pass, and a pass that is needed runs
+        without switching the member's mode (the same numbers; the switch walks every module
+        twice)."""
         mask = batch.negatives
-        if sims is not None and getattr(member, "same_in_eval", False):
+        if getattr(member, "same_in_eval", False):
+            if sims is None:
+                sims = member.batch_similarity(batch)
             return adaptive_prediction(sims.detach(), mask, self.method.margin)
         member.eval()
         try:
