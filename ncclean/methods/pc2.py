@@ -214,7 +214,9 @@ class PseudoClassify(CoDivide):
             closeness = (noisy_p @ clean_p.T).max(dim=1)
             donor, similarity = closeness.indices, closeness.values
             usable = (similarity >= self.method.pseudo_threshold).float()
-        captions = clean_texts[donor]
+        # index_select: indexing's backward adds the gradients of repeated donors in a varying
+        # order on several threads (two runs with one seed differed)
+        captions = clean_texts.index_select(0, donor)
         mask = negative_mask(noisy.image_group, clean_text_group[donor])
         return (usable * self.robust_loss(images @ captions.T, mask, similarity)).sum()
 
