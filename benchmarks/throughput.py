@@ -64,15 +64,15 @@ NOISE = 0.2
 METHODS = ["gmm", "pc2", "crcl", "disncl", "cnn"]
 
 
-def vector_corpus(n: int, seed: int = 0):
-    """``(features, config, noisy_gt)``: ``n`` pairs of unit 512-d float16 vectors made as
+def vector_corpus(n: int, seed: int = 0, dim: int = DIM):
+    """``(features, config, noisy_gt)``: ``n`` pairs of unit ``dim``-d float16 vectors made as
     ``benchmarks/speed.py`` makes them (each side the projection of a 64-d latent plus twice as
     much noise; 20% of the captions' latents drawn afresh), heads on both sides."""
     from ncclean.models.features import Features
     from ncclean.models.matcher import MatcherConfig
 
     rng = np.random.default_rng(seed)
-    project = rng.standard_normal((LATENT, DIM)).astype(np.float32) / math.sqrt(LATENT)
+    project = rng.standard_normal((LATENT, dim)).astype(np.float32) / math.sqrt(LATENT)
     latent = rng.standard_normal((n, LATENT)).astype(np.float32)
     noisy = rng.random(n) < NOISE
     text_latent = latent.copy()
@@ -81,13 +81,13 @@ def vector_corpus(n: int, seed: int = 0):
     def unit(values: np.ndarray) -> np.ndarray:
         return (values / np.linalg.norm(values, axis=1, keepdims=True)).astype(np.float16)
 
-    images = unit(latent @ project + 2 * rng.standard_normal((n, DIM), dtype=np.float32))
-    texts = unit(text_latent @ project + 2 * rng.standard_normal((n, DIM), dtype=np.float32))
+    images = unit(latent @ project + 2 * rng.standard_normal((n, dim), dtype=np.float32))
+    texts = unit(text_latent @ project + 2 * rng.standard_normal((n, dim), dtype=np.float32))
     pairs = np.arange(n)
     features = Features(rows=pairs, image_group=pairs, text_group=pairs.copy(),
                         image_data=images, text_data=texts)
-    config = MatcherConfig(image_tower="column", text_tower="column", image_in_dim=DIM,
-                           text_in_dim=DIM)
+    config = MatcherConfig(image_tower="column", text_tower="column", image_in_dim=dim,
+                           text_in_dim=dim)
     return features, config, noisy
 
 
