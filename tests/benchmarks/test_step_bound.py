@@ -1,0 +1,23 @@
+"""``benchmarks/step_bound.py``: a step's products and its dispatch, taken apart."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # its siblings
+
+from benchmarks.step_bound import bound_rows, render  # noqa: E402
+
+
+def test_a_step_splits_into_its_products_and_its_dispatch():
+    args = argparse.Namespace(pairs=600, seed=0, narrow_dim=16, width=8, share=0.5)
+    rows = bound_rows("crcl", args, ceiling=400.0)
+    assert [r["phase"] for r in rows] == ["after the freeze"]
+    row = rows[0]
+    assert row["gflop"] > 0.5  # two 512-wide heads on 128 pairs, forward and backward
+    assert 0 < row["products_ms"] < row["step_ms"]
+    assert 0 < row["narrow_ms"] < row["step_ms"]
+    assert row["allowed_ms"] == pytest.approx(1000 * row["gflop"] / 200.0)
+    assert "| crcl | after the freeze |" in render(rows, 0.5)
