@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # measure the checkout this script lives in
 
 from speed import matmul_gflops  # noqa: E402
-from throughput import vector_corpus  # noqa: E402
+from throughput import step_objective, vector_corpus  # noqa: E402
 
 PHASES = {"gmm": [("warm-up", 0), ("co-training with the noisy pairs", 1)],
           "pc2": [("warm-up", 0), ("co-training with the noisy pairs", 1)],
@@ -69,8 +69,7 @@ def stepper(name: str, pairs: int, seed: int, dim: int, width: int | None):
     takes it (fused AdamW, clipping per network)."""
     import torch
 
-    from ncclean.methods.base import Context, make_method
-    from ncclean.models.matcher import Ensemble
+    from ncclean.methods.base import Context
     from ncclean.train.loop import _clip, _clip_groups, _fusable
 
     features, config, _ = vector_corpus(pairs, seed, dim)
@@ -79,19 +78,9 @@ def stepper(name: str, pairs: int, seed: int, dim: int, width: int | None):
         config.embed_dim = width
         if name == "pc2":
             settings["classifier_hidden"] = width
-    context = Context(seed=seed, matcher_config=config)
     with hidden_width(width):
-        if name == "crcl":
-            from ncclean.methods.crcl import SelfRefine
-
-            objective = SelfRefine(features, make_method("crcl", settings), (2,), 1, "cpu", seed)
-            model = context.new_matcher(0)
-        else:
-            method = make_method(name, settings | {"noisy_from": 0.0})
-            model = method._model(Ensemble([context.new_matcher(0), context.new_matcher(1)]),
-                                  features, context)
-            objective = method._objective(features, 1, 1, context)
-            objective.divide(model)
+        objective, model = step_objective(name, features,
+                                          Context(seed=seed, matcher_config=config), settings)
     model.train()
     parameters = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=2e-4, fused=_fusable(parameters) or None)

@@ -227,6 +227,28 @@ def profile_method(name: str, args: argparse.Namespace, top: int = 12) -> str:
             f"{row['outside_share']:.0%}; self CPU by operator: {top_ops}")
 
 
+def step_objective(name: str, features, context, settings: dict | None = None):
+    """``(objective, model)``: ``name``'s training objective on ``features`` and its model as
+    its fit builds them (with ``settings``), ready for single steps: ``gmm``/``pc2`` divided
+    once, with the noisy pairs in every co-training epoch (epoch 0 a warm-up, 1 co-training);
+    ``crcl`` one piece frozen for an epoch (epoch 1 after the freeze)."""
+    from ncclean.methods.base import make_method
+    from ncclean.models.matcher import Ensemble
+
+    settings = settings or {}
+    if name == "crcl":
+        from ncclean.methods.crcl import SelfRefine
+
+        return (SelfRefine(features, make_method("crcl", settings), (2,), 1, "cpu",
+                           context.seed), context.new_matcher(0))
+    method = make_method(name, settings | {"noisy_from": 0.0})
+    model = method._model(Ensemble([context.new_matcher(0), context.new_matcher(1)]), features,
+                          context)
+    objective = method._objective(features, 1, 1, context)
+    objective.divide(model)
+    return objective, model
+
+
 def ab_steps(name: str, args: argparse.Namespace, rounds: int = 6, chunk: int = 5) -> dict:
     """The step time of this checkout's training path against the path before issue 42's
     changes, in one process, alternating chunks of ``chunk`` steps for ``rounds`` rounds (so
@@ -240,24 +262,14 @@ def ab_steps(name: str, args: argparse.Namespace, rounds: int = 6, chunk: int = 
 
     import torch
 
-    from ncclean.methods.base import Context, make_method
-    from ncclean.models.matcher import Ensemble
+    from ncclean.methods.base import Context
     from ncclean.models.towers import VectorMLP
     from ncclean.train.loop import _clip, _clip_groups, _fusable
 
     features, config, _ = vector_corpus(args.pairs, args.seed)
-    context = Context(seed=args.seed, matcher_config=config)
-    if name == "crcl":
-        from ncclean.methods.crcl import SelfRefine
-
-        objective = SelfRefine(features, make_method("crcl", {}), (2,), 1, "cpu", args.seed)
-        model, epoch = context.new_matcher(0), 1
-    else:
-        method = make_method(name, {"noisy_from": 0.0})
-        model = method._model(Ensemble([context.new_matcher(0), context.new_matcher(1)]),
-                              features, context)
-        objective, epoch = method._objective(features, 1, 1, context), 1
-        objective.divide(model)
+    objective, model = step_objective(name, features, Context(seed=args.seed,
+                                                              matcher_config=config))
+    epoch = 1
     steps = list(objective.steps(epoch, np.random.default_rng(args.seed)))
     old_model = copy.deepcopy(model)
     for module in old_model.modules():
