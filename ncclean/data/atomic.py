@@ -78,6 +78,50 @@ def remove_stale_temps(dest: str | os.PathLike) -> list[Path]:
     return removed
 
 
+SCRATCH_MARK = ".ncclean-scratch-"
+"""What the scratch folders of a run carry in their names: ``.ncclean-scratch-<pid>-<random>``
+inside the folder they serve (the output's folder), so a later run can tell a dead run's."""
+
+
+@contextlib.contextmanager
+def scratch_folder(parent: str | os.PathLike) -> Iterator[Path]:
+    """Yield a new empty folder ``parent/.ncclean-scratch-<pid>-<random>`` for a run's working
+    files (a fit sample, a decoded shard), removed with everything in it when the block ends,
+    however it ends. The scratch folders of runs whose process is gone (a kill -9) are removed
+    first; a live run's are kept. ``parent`` must exist. A full disk or a permission problem
+    becomes an :class:`OutputError`."""
+    import shutil
+
+    parent = Path(parent)
+    remove_stale_scratch(parent)
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_MARK}{os.getpid()}-", dir=parent))
+    except OSError as error:
+        raise OutputError(f"cannot write to {parent}: {_reason(error)}") from None
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_stale_scratch(parent: str | os.PathLike) -> list[Path]:
+    """Remove the scratch folders in ``parent`` whose run is gone (see :func:`scratch_folder`);
+    returns them."""
+    import shutil
+
+    removed = []
+    parent = Path(parent)
+    if not parent.is_dir():
+        return removed
+    for folder in parent.glob(f"{SCRATCH_MARK}*"):
+        pid_text = folder.name[len(SCRATCH_MARK):].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
 def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
 
