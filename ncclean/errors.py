@@ -20,6 +20,11 @@ class NotParquetError(NcCleanError):
     """The input exists but is not readable Parquet."""
 
 
+class CorruptInputError(NcCleanError):
+    """An input file is cut short or damaged inside: a truncated webdataset tar, a member that
+    cannot be read. Re-download or re-create it; reading on would lose rows without a word."""
+
+
 class EmptyInputError(NcCleanError):
     """The input holds no rows (or a folder holds no Parquet files)."""
 
