@@ -5,7 +5,8 @@
 input or usage (a :class:`NcCleanError`, a usage error, a full disk or a permission problem), one
 line on stderr; 3 an internal error (a bug), one line asking to report it, the traceback only
 under ``--debug``; 130 on SIGINT and 143 on SIGTERM, one line saying what was interrupted, with
-the partial files removed.
+the partial files removed (a sharded run's complete shards stay, and the line counts them).
+``--debug`` prints the traceback before that line and changes no exit code.
 """
 
 from __future__ import annotations
@@ -58,48 +59,63 @@ def _run(words: list[str]) -> int:
     from ncclean.cli.render import error_line
     from ncclean.data.atomic import (
         forget_created_folders,
+        forget_outputs,
         is_write_error,
         remove_created_folders,
     )
     from ncclean.errors import NcCleanError
 
     state.debug = "--debug" in words[:1]
+    forget_outputs()
     try:
         result = app(args=words, prog_name="ncclean", standalone_mode=False)
         if _SIGNALLED:  # typer turns an interrupt into a return value of 130
             raise KeyboardInterrupt
         forget_created_folders()
         return result if isinstance(result, int) else EXIT_OK
-    except NcCleanError as error:
-        remove_created_folders()
-        if state.debug:
-            raise
-        error_line(str(error))
-        return EXIT_BAD_INPUT
     except typer.Exit as done:
         return done.exit_code
     except _usage_error_type() as error:  # unknown option, bad value, missing argument, ...
         error_line(f"{error.format_message()} (see '{_command_of(words)} --help')")
         return EXIT_BAD_INPUT
     except (KeyboardInterrupt, typer.Abort):
+        _traceback(state.debug)
         remove_created_folders()
-        command = _command_of(words)
-        error_line(f"interrupted: {command} wrote nothing; partial files removed")
+        error_line(f"interrupted: {_command_of(words)} {_what_was_kept()}")
         # typer swallows the interrupt's type; the handler noted which signal it was
         return 128 + signal.SIGTERM if signal.SIGTERM in _SIGNALLED else 130
-    except OSError as error:
+    except Exception as error:
+        _traceback(state.debug)  # --debug adds the traceback; the line and the code stay
         remove_created_folders()
-        if state.debug:
-            raise
+        if isinstance(error, NcCleanError):
+            error_line(str(error))
+            return EXIT_BAD_INPUT
         if is_write_error(error):  # a full disk or a permission problem: the user's to fix
             error_line(f"cannot write: {error}")
             return EXIT_BAD_INPUT
-        return _internal(error, error_line)
-    except Exception as error:  # a bug: say so in one line, keep the traceback for --debug
-        remove_created_folders()
-        if state.debug:
-            raise
-        return _internal(error, error_line)
+        return _internal(error, error_line)  # a bug: one line, the traceback under --debug
+    finally:
+        forget_outputs()
+
+
+def _what_was_kept() -> str:
+    """How an interrupt's line ends: what it wrote, which is nothing unless a sharded run
+    had completed shards (kept on purpose, so that the same command finishes the rest)."""
+    from ncclean.data.atomic import kept_outputs
+
+    kept, planned = kept_outputs()
+    if not kept:
+        return "wrote nothing; partial files removed"
+    folders = sorted({str(path.parent) for path in kept})
+    return (f"kept {len(kept)} of {planned} shards complete in {', '.join(folders)}/ (the "
+            "same command finishes the rest; partial files removed)")
+
+
+def _traceback(debug: bool) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
 
 
 def _internal(error: BaseException, error_line) -> int:

@@ -1,7 +1,8 @@
 """Writing files safely: every output goes to a temporary file of ours beside it and is renamed
 into place, so a crash never leaves a half-written file under the real name, and a later write
 removes the temporary files a killed run left. Also the checks made before any work (the output
-folder can be written) and the folders a failed run should not leave behind.
+folder can be written), the folders a failed run should not leave behind, and the outputs an
+interrupted run keeps.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import contextlib
 import errno
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ncclean.errors import OutputError
@@ -51,6 +52,33 @@ def remove_created_folders() -> list[Path]:
 def forget_created_folders() -> None:
     """Keep the folders created so far (a run that succeeded)."""
     _CREATED.clear()
+
+
+_PLANNED: list[Path] = []
+_COMPLETE: set[Path] = set()
+
+
+def plan_outputs(paths: Iterable[str | os.PathLike]) -> None:
+    """Note the outputs this run writes one by one and keeps, each complete, when it stops
+    early (a sharded run's shards: the rerun skips them), so that an interrupted run can say
+    which it kept (:func:`kept_outputs`)."""
+    _PLANNED.extend(Path(p) for p in paths)
+
+
+def mark_complete(path: str | os.PathLike) -> None:
+    """Note that the planned output ``path`` is complete (written, or found complete)."""
+    _COMPLETE.add(Path(path))
+
+
+def kept_outputs() -> tuple[list[Path], int]:
+    """The planned outputs that are complete, in plan order, and how many were planned."""
+    return [p for p in _PLANNED if p in _COMPLETE], len(_PLANNED)
+
+
+def forget_outputs() -> None:
+    """Start a new run's plan (:func:`plan_outputs`)."""
+    _PLANNED.clear()
+    _COMPLETE.clear()
 
 
 TEMP_MARK = ".ncclean-"
