@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ncclean.data.parquet import written
-from ncclean.errors import EmptyInputError, InputNotFoundError
+from ncclean.errors import EmptyInputError, InputNotFoundError, NotParquetError, SchemaError
 
 FIT_HASH_KEY = b"ncclean.fit_hash"
 N_ROWS_KEY = b"ncclean.n_rows"
@@ -76,20 +76,61 @@ def _arrow_files(state: Path) -> list[Path]:
 
 
 def read_shard(shard: InputShard, columns: list[str] | None = None) -> pa.Table:
-    """One input shard as an Arrow table (``columns``: only those)."""
+    """One input shard as an Arrow table (``columns``: only those). A shard that cannot be read
+    is an error naming its file, never a table of what could be read: :class:`NotParquetError`
+    for a Parquet or Arrow file that is empty or corrupt, :class:`SchemaError` when it lacks one
+    of ``columns``, and :func:`ncclean.data.webdataset.read_tar`'s errors for a tar."""
     if shard.kind == "webdataset":
         from ncclean.data.webdataset import read_tar
 
         table = read_tar(shard.path)
-    elif shard.kind == "arrow":  # datasets writes Arrow IPC streams
-        with pa.memory_map(str(shard.path)) as source:
-            try:
-                table = pa.ipc.open_stream(source).read_all()
-            except pa.ArrowInvalid:
-                table = pa.ipc.open_file(source).read_all()
+    elif shard.kind == "arrow":
+        table = _read_arrow(shard.path)
     else:
-        return pq.read_table(shard.path, columns=columns)
+        _check_columns(shard, shard_schema(shard).names, columns)
+        try:
+            return pq.read_table(shard.path, columns=columns)
+        except (pa.ArrowException, OSError) as error:
+            raise NotParquetError(f"{shard.path}: not a readable Parquet file "
+                                  f"({_one_line(error)})") from None
+    _check_columns(shard, table.column_names, columns)
     return table.select(columns) if columns else table
+
+
+def shard_schema(shard: InputShard) -> pa.Schema:
+    """The columns of ``shard`` (a Parquet shard's from its footer alone), with
+    :func:`read_shard`'s errors."""
+    if shard.kind != "parquet":
+        return read_shard(shard).schema
+    try:
+        return pq.read_schema(shard.path)
+    except (pa.ArrowException, OSError) as error:
+        raise NotParquetError(f"{shard.path}: not a readable Parquet file "
+                              f"({_one_line(error)})") from None
+
+
+def _read_arrow(path: Path) -> pa.Table:
+    """An Arrow file of a saved Hugging Face dataset (``datasets`` writes IPC streams)."""
+    try:
+        with pa.memory_map(str(path)) as source:
+            try:
+                return pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                return pa.ipc.open_file(source).read_all()
+    except (pa.ArrowException, OSError) as error:
+        raise NotParquetError(f"{path}: not a readable Arrow file ({_one_line(error)})") from None
+
+
+def _check_columns(shard: InputShard, names: list[str], columns: list[str] | None) -> None:
+    missing = [c for c in columns or [] if c not in names]
+    if missing:
+        raise SchemaError(f"{shard.path}: no column {missing[0]!r} (other shards have it); all "
+                          "shards must share one schema")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def _hidden(path: Path, root: Path) -> bool:
