@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ncclean.data.schema import Columns
@@ -174,6 +175,9 @@ class CorpusSummary(Summary):
     cjk_captions: int
     n_invalid: int
     images_decoded: bool
+    n_shards: int = 1
+    shard_kind: str = "parquet"
+    vector_columns: list[str] = field(default_factory=list)
 
 
 def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: bool = False,
@@ -181,15 +185,20 @@ def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: boo
                    max_image_pixels: int | None = None,
                    progress: Progress = no_progress) -> CorpusSummary:
     """Read ``input`` as scoring would (decoding every image unless ``decode=False``) and say what
-    it holds: sizes, repeated captions, scripts, and every kind of invalid row with examples."""
+    it holds: sizes, repeated captions, scripts, every kind of invalid row with examples, its
+    shards and the columns that hold vectors (candidates for ``--image-emb-col`` and
+    ``--text-emb-col``). Every input ``score`` reads is read: a Parquet file or folder, webdataset
+    tars, a Hugging Face dataset saved to disk."""
     from ncclean.data.corpus import read_corpus
     from ncclean.data.images import DEFAULT_MAX_PIXELS
     from ncclean.data.text import _CJK
 
-    corpus = read_corpus(input, columns, strict=strict,
-                         image_size=image_size if decode else None,
-                         max_image_pixels=max_image_pixels or DEFAULT_MAX_PIXELS,
-                         progress=progress)
+    with _as_parquet(input) as (path, shards):
+        corpus = read_corpus(path, columns, strict=strict,
+                             image_size=image_size if decode else None,
+                             max_image_pixels=max_image_pixels or DEFAULT_MAX_PIXELS,
+                             progress=progress)
+        schema = corpus.source.schema
     counts = Counter(corpus.captions)
     examples = [(row, str(corpus.ids[row].as_py()), reason)
                 for row, reason in enumerate(corpus.reasons) if reason is not None][:5]
@@ -206,4 +215,59 @@ def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: boo
         top_captions=[(text, n) for text, n in counts.most_common(5) if n > 1],
         cjk_captions=sum(1 for text in corpus.captions if cjk.search(text)),
         images_decoded=decode and corpus.columns.image is not None,
+        n_shards=len(shards),
+        shard_kind=shards[0].kind,
+        vector_columns=[f.name for f in schema if _is_vector(f.type)],
     )
+
+
+@contextmanager
+def _as_parquet(input: PathLike) -> Iterator[tuple[Path, list]]:
+    """``(path, shards)``: ``input`` itself when its shards are Parquet, else its shards
+    (webdataset tars, the Arrow files of a saved Hugging Face dataset) as ``score`` reads them
+    (:func:`ncclean.data.shards.read_shard`), written on one schema to a temporary folder that
+    :func:`ncclean.data.corpus.read_corpus` opens; ``shards``: the input's shards."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ncclean.data.shards import list_shards, read_shard
+    from ncclean.errors import EmptyInputError, SchemaError
+
+    shards = list_shards(input)
+    if all(shard.kind == "parquet" for shard in shards):
+        yield Path(input), shards
+        return
+    with tempfile.TemporaryDirectory(prefix="ncclean-inspect-") as scratch:
+        files = [Path(scratch) / f"{k:06d}.parquet" for k in range(len(shards))]
+        schemas, n_rows = [], 0
+        for shard, file in zip(shards, files, strict=True):
+            table = read_shard(shard)
+            schemas.append(table.schema)
+            n_rows += table.num_rows
+            pq.write_table(table, file)
+        if not n_rows:
+            raise EmptyInputError(f"{input}: no pairs in its {len(shards)} shard(s)")
+        try:
+            schema = pa.unify_schemas(schemas, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            why = " ".join(str(error).split())
+            raise SchemaError(f"{input}: its shards disagree on a column's type ({why}); all "
+                              "shards must share one schema") from None
+        for file, own in zip(files, schemas, strict=True):
+            if not own.equals(schema):
+                table = pq.read_table(file)
+                pq.write_table(pa.table({f.name: table.column(f.name).cast(f.type)
+                                         if f.name in own.names
+                                         else pa.nulls(table.num_rows, f.type)
+                                         for f in schema}, schema=schema), file)
+        yield Path(scratch), shards
+
+
+def _is_vector(type_) -> bool:
+    import pyarrow as pa
+
+    return (pa.types.is_list(type_) or pa.types.is_large_list(type_) or
+            pa.types.is_fixed_size_list(type_)) and \
+        (pa.types.is_floating(type_.value_type) or pa.types.is_integer(type_.value_type))
