@@ -24,8 +24,6 @@ Rows whose image or caption cannot be used keep a null vector on that side; no r
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ncclean.data.atomic import make_folder, scratch_folder
 from ncclean.data.corpus import caption_problem
 from ncclean.data.images import (
     DEFAULT_MAX_PIXELS,
@@ -270,13 +269,12 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
 
 def _write_retrieval(source, resolved, output: Path, compute, image_col: str, text_col: str,
                      shard_rows: int, batch_rows: int, chosen: _Encoder, dtype) -> None:
-    """clip-retrieval's layout, built in a temporary folder beside ``output`` and renamed."""
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    except OSError as error:
-        raise OutputError(f"cannot write to {output.parent}: {error}") from None
-    try:
+    """clip-retrieval's layout, built in a scratch folder beside ``output`` and renamed: an
+    interrupted run leaves neither it nor the folders it created, and the next run removes the
+    scratch folder of a killed one (:func:`ncclean.data.atomic.scratch_folder`)."""
+    with scratch_folder(make_folder(output.parent)) as scratch:
+        tmp = scratch / output.name
+        tmp.mkdir()
         n = source.n_rows
         n_shards = max(1, -(-n // shard_rows))
         width = len(str(n_shards - 1))
@@ -326,9 +324,6 @@ def _write_retrieval(source, resolved, output: Path, compute, image_col: str, te
         for array in arrays.values():
             array.flush()
         os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _filled(vectors: pa.Array, dim: int) -> np.ndarray:

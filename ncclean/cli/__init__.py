@@ -69,7 +69,7 @@ def _run(words: list[str]) -> int:
     forget_outputs()
     try:
         result = app(args=words, prog_name="ncclean", standalone_mode=False)
-        if _SIGNALLED:  # typer turns an interrupt into a return value of 130
+        if _SIGNALLED or result == 130:  # typer turns an interrupt into a return value of 130
             raise KeyboardInterrupt
         forget_created_folders()
         return result if isinstance(result, int) else EXIT_OK
