@@ -111,6 +111,7 @@ def score(
     run: RunOptions = RunOptions(),
     scale: ScaleOptions | None = None,
     progress: Progress = no_progress,
+    given: frozenset[str] = frozenset(),
     **keywords: Any,
 ) -> ScoreSummary:
     """Score every pair of ``input`` with ``method`` (its parameters ``params``, see ``ncclean
@@ -133,7 +134,9 @@ def score(
 
     ``scale`` (:class:`ScaleOptions`): a fit on a sample (``fit_sample``), saved (``save_fit``)
     or loaded (``fit``), applied shard by shard by an engine (``local`` or ``ray``), output to a
-    folder of shards (:mod:`ncclean.pipeline.sharded`, ``docs/scaling.md``).
+    folder of shards (:mod:`ncclean.pipeline.sharded`, ``docs/scaling.md``). With a saved fit,
+    an option it fixes given with another value is an error; ``given`` names options to treat
+    as given even at their default (the command line's).
     """
     from ncclean.options import fold_keywords
     from ncclean.pipeline.score import check_write, prepare_output, score_corpus
@@ -156,7 +159,7 @@ def score(
     if sharded:
         return score_sharded(input, output, method, params, columns, groups["matcher"],
                              groups["cut"], groups["stages"], run, device,
-                             scale, progress)
+                             scale, progress, given)
     return score_corpus(input, output, method, params, columns, groups["matcher"], groups["cut"],
                         groups["stages"], run, device, progress)
 

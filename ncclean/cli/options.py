@@ -57,3 +57,13 @@ def columns(caption_col: str, image_col: str, id_col: str | None, image_id_col: 
     return Columns(caption=caption_col, image=image_col, id=id_col, image_id=image_id_col,
                    image_emb=image_emb_col, text_emb=text_emb_col,
                    allow_absolute_paths=allow_absolute_paths)
+
+
+def given(ctx, names: tuple[str, ...]) -> frozenset[str]:
+    """Which of the parameters ``names`` the command line (or the environment) set, as opposed
+    to their defaults."""
+    def source(name: str) -> str:
+        found = ctx.get_parameter_source(name)
+        return found.name if found is not None else ""
+
+    return frozenset(n for n in names if source(n) in ("COMMANDLINE", "ENVIRONMENT"))

@@ -22,7 +22,13 @@ def _params(values: list[str] | None) -> dict[str, str]:
     return params
 
 
+# Options a saved fit fixes: with --fit, one named on the command line must equal the fit's
+FIXED_BY_FIT = ("seed", "clean_above", "noisy_below", "noise_rate", "rare_clean_above",
+                "rare_count", "noisy_recall", "review_recall", "preset")
+
+
 def score(
+    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Parquet file or folder of shards.",
                                           show_default=False)],
     output: Annotated[Path | None, typer.Option(
@@ -240,7 +246,8 @@ def score(
         warning_line(early)
     with progress_bars(not json_) as progress:
         summary = api.score(input, output, method, params, columns=columns, matcher=matcher,
-                            cut=cut, stages=stages, run=run, scale=scale, progress=progress)
+                            cut=cut, stages=stages, run=run, scale=scale, progress=progress,
+                            given=options.given(ctx, FIXED_BY_FIT))
     remember_scored(summary.output)
     if json_:
         print_json(summary.as_dict())

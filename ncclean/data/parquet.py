@@ -183,8 +183,8 @@ def open_pairs(path: str | os.PathLike) -> PairSource:
             schema = file_schema
         elif not file_schema.equals(schema, check_metadata=False):
             raise SchemaError(
-                f"shard {file} has columns {_describe(file_schema)}, "
-                f"but {files[0]} has {_describe(schema)}; all shards must share one schema"
+                f"shard {file} has columns {describe_schema(file_schema)}, "
+                f"but {files[0]} has {describe_schema(schema)}; all shards must share one schema"
             )
         shards.append(Shard(file, n_rows, first_row))
         first_row += n_rows
@@ -194,7 +194,8 @@ def open_pairs(path: str | os.PathLike) -> PairSource:
     return PairSource(path=path, shards=tuple(shards), schema=schema)
 
 
-def _describe(schema: pa.Schema) -> str:
+def describe_schema(schema: pa.Schema) -> str:
+    """A schema on one line: ``(name: type, ...)``."""
     return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"
 
 

@@ -1,6 +1,7 @@
 """Apply a fit to one shard: every pair scored with the fitted state, no training.
 
-A pair of the fit sample (same id) is written as the fit holds it: as the fit's one pass wrote
+A pair of the fit sample (the same id, vectors and caption: :func:`~.fit.sample_keys`) is
+written as the fit holds it: as the fit's one pass wrote
 it, except for a ``gmm`` fit sampled from a larger corpus, whose sample keeps the one pass's
 ranking on the held-out pairs' scale and is cut and searched as below
 (:func:`ncclean.pipeline.keep.rescale_sample`). Any other pair is scored with the fitted state,
@@ -45,9 +46,9 @@ from ncclean.data.results import (
     PairResults,
     result_columns,
 )
-from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
+from ncclean.data.shards import find_sorted, text_keys, vector_keys
 from ncclean.options import Cut
-from ncclean.pipeline.fit import Fit, FitError
+from ncclean.pipeline.fit import FORMAT, Fit, FitError, sample_keys
 from ncclean.stages.index import over_budget, rescored
 from ncclean.stages.partition import as_written
 from ncclean.train.scoring import Embeddings
@@ -76,10 +77,10 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
                        f"but the fit was made on {fit.meta['widths'][0]} and "
                        f"{fit.meta['widths'][1]}")
     n = features.n_pairs
-    ids = corpus.ids.to_pylist()
-    keys = pair_keys([ids[r] for r in features.rows])
-    sample_key = fit.arrays["sample.key"]
-    at, seen = find_sorted(sample_key, keys)
+    keys = sample_keys(corpus, features)
+    at, seen = find_sorted(fit.arrays["sample.key"], keys)
+    if fit.meta["format"] != FORMAT:  # an older fit holds its sample by id alone: not used
+        seen[:] = False
     new = np.flatnonzero(~seen)
     old, where = np.flatnonzero(seen), at[seen]
 

@@ -5,9 +5,11 @@ the resolved cut, the stages' options, the sample's size and content hash) and
 ``fit.safetensors`` (arrays), plus ``matcher.safetensors`` when the method trained one. Its
 arrays hold:
 
-- the pairs of the fit sample (by :func:`ncclean.data.shards.pair_keys`) with their one-pass
-  results (clean probability, partition, significance, pseudo-caption, the method's columns):
-  a pair the fit was trained on is written exactly as one pass writes it (a ``gmm`` fit sampled
+- the pairs of the fit sample, each by a key of its id and its content (:func:`sample_keys`:
+  its image and caption vectors and its caption text), with their one-pass results (clean
+  probability, partition, significance, pseudo-caption, the method's columns): a pair the fit
+  was trained on is written exactly as one pass writes it, and a pair whose vectors or caption
+  differ, whatever its id, is scored from its content (a ``gmm`` fit sampled
   from a larger corpus: its clean probability on the held-out scale, see
   :func:`ncclean.pipeline.keep.rescale_sample`, the one pass's kept as ``sample.one_pass_prob``);
 - the map from the method's per-pair signal to ``clean_prob`` (a monotone table read by linear
@@ -17,8 +19,9 @@ arrays hold:
   donors' captions (vectors, identities, texts and ids), the fixed negative pool of ``gmm``;
 - the caption counts of the sample (the cut's rare captions).
 
-The fit's hash (:attr:`Fit.hash`) is the SHA-256 of its two files: output shards record it, so a
-rerun with another fit redoes them.
+The fit's hash (:attr:`Fit.hash`) is the SHA-256 of every file it holds (the matcher's
+included): output shards record it, so a rerun with another fit redoes them. :func:`load_fit`
+refuses, in one line, a folder that is not a whole fit of this format.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ import numpy as np
 
 from ncclean.errors import BadOptionError, FitError
 
-FORMAT = "ncclean-fit/2"  # /2: the cut's recall bands (an older ncclean would ignore them)
-READS = ("ncclean-fit/1", FORMAT)  # a /1 fit has no bands: its thresholds as they were
+FORMAT = "ncclean-fit/3"  # /3: sample pairs keyed by id and content (/1 and /2: by id alone)
+READS = ("ncclean-fit/1", "ncclean-fit/2", FORMAT)  # older: no bands (/1); no sample lookup
 APPLIES = ("clip", "gmm")  # methods that can score a pair they did not train on
 JSON_NAME, ARRAYS_NAME, MATCHER_NAME = "fit.json", "fit.safetensors", "matcher.safetensors"
 
@@ -64,11 +67,10 @@ def check_method_applies(method: str, config) -> None:
     """:class:`BadOptionError` (one line) unless ``method`` can be fitted and applied with the
     matcher configuration ``config``: ``clip`` and ``gmm`` on precomputed vector columns."""
     if method not in APPLIES:
-        raise BadOptionError(f"--fit, --save-fit and --fit-sample support the methods "
-                             f"{', '.join(APPLIES)} (method {method!r} cannot yet score a pair it "
-                             "did not train on)")
+        raise BadOptionError(f"a fit on a sample supports the methods {', '.join(APPLIES)} "
+                             f"(method {method!r} cannot yet score a pair it did not train on)")
     if config is not None and (config.image_tower, config.text_tower) != ("column", "column"):
-        raise BadOptionError("--fit, --save-fit and --fit-sample need precomputed vectors "
+        raise BadOptionError("a fit on a sample needs precomputed vectors for now "
                              "(--image-emb-col and --text-emb-col)")
 
 
@@ -102,9 +104,12 @@ def save_fit(fit: Fit, path: str | os.PathLike) -> str:
 
 
 def fit_hash(folder: Path) -> str:
-    """SHA-256 of a fit's JSON and arrays (hex)."""
+    """SHA-256 of a fit's files (hex): its JSON, its arrays and its matcher when it has one."""
     digest = hashlib.sha256()
-    for name in (JSON_NAME, ARRAYS_NAME):
+    for name in (JSON_NAME, ARRAYS_NAME, MATCHER_NAME):
+        if name == MATCHER_NAME and not (folder / name).exists():
+            continue
+        digest.update(name.encode() + b"\0")
         with open(folder / name, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
@@ -124,17 +129,120 @@ def load_fit(path: str | os.PathLike, device: str = "cpu") -> Fit:
     try:
         meta = json.loads((folder / JSON_NAME).read_text())
         arrays = load_file(str(folder / ARRAYS_NAME))
-    except (json.JSONDecodeError, SafetensorError, OSError) as error:
-        raise FitError(f"--fit {folder}: cannot read it ({error})") from None
+    except (json.JSONDecodeError, SafetensorError, OSError, UnicodeDecodeError) as error:
+        raise FitError(f"--fit {folder}: cannot read it ({_one_line(error)})") from None
+    if not isinstance(meta, dict):
+        raise FitError(f"--fit {folder}: {JSON_NAME} holds {type(meta).__name__}, not a fit's "
+                       "record; write a fit with score --save-fit")
     if meta.get("format") not in READS:
-        raise FitError(f"--fit {folder}: format {meta.get('format')!r}, expected one of "
-                       f"{', '.join(map(repr, READS))}")
+        raise FitError(f"--fit {folder}: format {meta.get('format')!r}, expected "
+                       f"{' or '.join(map(repr, READS))}; refit with score --save-fit")
+    _check_whole(folder, meta, arrays)
     matcher = None
     if (folder / MATCHER_NAME).exists():
+        from ncclean.errors import CheckpointError
         from ncclean.models.checkpoint import load_matcher
 
-        matcher = load_matcher(folder / MATCHER_NAME, device)
+        try:
+            matcher = load_matcher(folder / MATCHER_NAME, device)
+        except CheckpointError as error:
+            raise FitError(f"--fit {folder}: {error}") from None
     return Fit(meta=meta, arrays=arrays, matcher=matcher, hash=fit_hash(folder))
+
+
+_META = {"method": str, "params": dict, "seed": int, "columns": dict, "widths": list,
+         "matcher": dict, "cut": dict, "columns_out": dict, "sample": dict}
+_SAMPLE = ("sample.key", "sample.clean_prob", "sample.partition", "sample.significance",
+           "sample.donor")
+_ARRAYS = {"clip": ("table.x", "table.y", "captions.key", "captions.count"),
+           "gmm": ("table.x", "table.y", "captions.key", "captions.count", "negatives.images",
+                   "negatives.texts", "negatives.image_key", "negatives.text_key")}
+
+
+def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    """:class:`FitError` naming what is missing or inconsistent in a fit read from ``folder``:
+    a record entry, an array, the sample's arrays of unequal lengths, a method that cannot be
+    applied, a ``gmm`` fit without its matcher."""
+    where = f"--fit {folder}"
+    for key, kind in _META.items():
+        if not isinstance(meta.get(key), kind):
+            raise FitError(f"{where}: {JSON_NAME} lacks a valid {key!r}; the fit is damaged "
+                           "(write it again with score --save-fit)")
+    method = meta["method"]
+    if method not in APPLIES:
+        raise FitError(f"{where}: a fit of method {method!r}, which cannot be applied (fits are "
+                       f"of {', '.join(APPLIES)})")
+    wanted = _SAMPLE + _ARRAYS[method] + tuple(f"column.{c}" for c in meta["columns_out"])
+    missing = [name for name in wanted if name not in arrays]
+    if missing:
+        raise FitError(f"{where}: {ARRAYS_NAME} lacks {missing[0]!r}; the fit is damaged "
+                       "(write it again with score --save-fit)")
+    n = len(arrays["sample.key"])
+    uneven = [name for name in wanted if name.startswith(("sample.", "column."))
+              and len(arrays[name]) != n]
+    if uneven or len(arrays["table.x"]) != len(arrays["table.y"]):
+        name = uneven[0] if uneven else "table.y"
+        raise FitError(f"{where}: {ARRAYS_NAME}'s {name!r} has {len(arrays[name])} entries "
+                       f"where the sample has {n}; the fit is damaged")
+    if method == "gmm" and not (folder / MATCHER_NAME).exists():
+        raise FitError(f"{where}: a gmm fit needs its {MATCHER_NAME}, which is missing; copy "
+                       "the whole fit folder")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def sample_keys(corpus, features) -> np.ndarray:
+    """``(features.n_pairs,) uint64``: the key a fit holds each pair of ``corpus`` under: a hash
+    of the pair's id, its own image and caption vectors (the corpus's rows, before any grouping)
+    and its caption text. A pair of another corpus matches a sample pair only when all of these
+    are equal, so a saved fit applied elsewhere scores every other pair from its content."""
+    from ncclean.data.shards import pair_keys, text_keys, vector_keys
+
+    rows = features.rows
+    ids = corpus.ids.to_pylist()
+    images = corpus.image_emb[rows] if corpus.image_emb is not None else \
+        features.image_data[features.image_group]
+    texts = corpus.text_emb[rows] if corpus.text_emb is not None else \
+        features.text_data[features.text_group]
+    parts = (pair_keys([ids[r] for r in rows]), vector_keys(images), vector_keys(texts),
+             text_keys([corpus.captions[r] for r in rows]))
+    key = np.zeros(len(rows), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k, part in enumerate(parts):  # a multiply-xorshift mix of the four hashes
+            key = (key ^ part.astype(np.uint64)) * np.uint64(_MIX[k])
+            key ^= key >> np.uint64(31)
+    return key
+
+
+def sample_positions(fit: Fit, path: str | os.PathLike) -> np.ndarray:
+    """``(n_rows,) int64``: for each row of the Parquet file (or folder) ``path``, read with the
+    fit's columns, its position among the fit's ``sample.*`` arrays, ``-1`` when it is not a
+    pair of the sample (:func:`sample_keys`); for benchmarks and tests that compare the fitted
+    and the applied pairs."""
+    from dataclasses import replace
+
+    from ncclean.data.corpus import read_corpus
+    from ncclean.data.schema import Columns
+    from ncclean.models.features import build_features
+    from ncclean.models.matcher import MatcherConfig
+
+    named = fit.meta["columns"]
+    columns = replace(Columns(), **{k: v for k, v in named.items() if v is not None})
+    corpus = read_corpus(path, columns, image_size=None, cache_dir=None)
+    features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
+                              cache_dir=None)
+    from ncclean.data.shards import find_sorted
+
+    positions = np.full(corpus.n_pairs, -1, dtype=np.int64)
+    at, found = find_sorted(fit.arrays["sample.key"],
+                            sample_keys(corpus, features))
+    positions[features.rows[found]] = at[found]
+    return positions
+
+
+_MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93)
 
 
 def signal_table(signal: np.ndarray, clean_prob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,8 +15,8 @@ import hashlib
 import numpy as np
 
 from ncclean.data.results import CLEAN, PARTITIONS
-from ncclean.data.shards import pair_keys, text_keys, vector_keys
-from ncclean.pipeline.fit import FORMAT, Fit, put_text, signal_table
+from ncclean.data.shards import text_keys, vector_keys
+from ncclean.pipeline.fit import FORMAT, Fit, put_text, sample_keys, signal_table
 from ncclean.records import as_record
 
 SIGNIFICANCE_BANK = 20_000  # SignificanceConfig's bank_size and bank_threshold, as in one pass
@@ -37,7 +37,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     clean_prob, parts, stages = state["clean_prob"], state["parts"], state["stages"]
     rows = features.rows
     ids = corpus.ids.to_pylist()
-    keys = pair_keys([ids[r] for r in rows])
+    keys = sample_keys(corpus, features)
     order = np.argsort(keys, kind="stable")
     arrays: dict[str, np.ndarray] = {"sample.key": keys[order]}
     arrays["sample.clean_prob"] = np.asarray(clean_prob, dtype=np.float64)[order]
@@ -202,8 +202,7 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     from ncclean.pipeline.apply import _cut, _donors, _significance, caption_counts
 
     corpus, features, result = state["corpus"], state["features"], state["result"]
-    ids = corpus.ids.to_pylist()
-    order = np.argsort(pair_keys([ids[r] for r in features.rows]), kind="stable")
+    order = np.argsort(sample_keys(corpus, features), kind="stable")
     sub = features.subset(order)  # the sample in the fit's order (by pair key)
     arrays = fit.arrays
     one_pass = arrays["sample.clean_prob"]

@@ -18,8 +18,8 @@ the sample, and a pair of the sample is written with the one pass's results.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,7 @@ from ncclean.data.shards import (
     read_shard,
     smallest_keys,
 )
-from ncclean.errors import BadOptionError, NcCleanError
+from ncclean.errors import BadOptionError, EmptyInputError, NcCleanError, SchemaError
 from ncclean.options import Cut, MatcherOptions, RunOptions, ScaleOptions, StageOptions
 from ncclean.progress import Progress, no_progress
 
@@ -70,40 +70,94 @@ def id_column(shard: InputShard, columns: Columns) -> str:
     return name
 
 
-def write_sample(shards: list[InputShard], columns: Columns, n: int | None, dest: Path,
-                 held_out: Path | None = None) -> int:
+@dataclass
+class IdScan:
+    """The ids of a sharded corpus, read once: ``keys[k]`` ``(rows,) uint64`` the id hashes of
+    shard ``k`` (:func:`~ncclean.data.shards.pair_keys`) and ``duplicates[k]`` its rows whose id
+    appeared earlier in the corpus (in shard order, then row order), sorted. The driver holds 8
+    bytes a pair."""
+
+    keys: list[np.ndarray]
+    duplicates: list[np.ndarray]
+
+    @property
+    def total(self) -> int:
+        return sum(len(k) for k in self.keys)
+
+
+def scan_ids(shards: list[InputShard], id_name: str) -> IdScan:
+    """Read the id column of every shard (:class:`IdScan`). Equal keys are confirmed on the ids
+    themselves, so a hash collision never marks a row a duplicate."""
+    keys = [pair_keys(read_shard(shard, [id_name]).column(0)) for shard in shards]
+    every = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+    distinct, counts = np.unique(every, return_counts=True)
+    repeated = distinct[counts > 1]  # sorted
+    duplicates = [np.zeros(0, np.int64) for _ in shards]
+    if not len(repeated):
+        return IdScan(keys, duplicates)
+    seen: set[str] = set()
+    for k, shard in enumerate(shards):  # only the rows whose key repeats, in corpus order
+        rows = np.flatnonzero(find_sorted(repeated, keys[k])[1])
+        if not len(rows):
+            continue
+        ids = read_shard(shard, [id_name]).column(0).take(pa.array(rows)).to_pylist()
+        later = []
+        for row, value in zip(rows, ids):
+            text = f"{type(value).__name__}:{value}"
+            if value is not None and text in seen:
+                later.append(row)
+            seen.add(text)
+        duplicates[k] = np.asarray(later, dtype=np.int64)
+    return IdScan(keys, duplicates)
+
+
+def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | None,
+                 dest: Path, held_out: Path | None = None) -> None:
     """Write the fit sample of ``shards`` to the Parquet file ``dest`` and, when the corpus is
     larger than the sample, the next :func:`held_out_size` pairs by id hash to ``held_out``
-    (never trained on: ``gmm`` calibrates its mixture there); the corpus's pair count."""
-    id_name = id_column(shards[0], columns)
+    (never trained on: ``gmm`` calibrates its mixture there)."""
     extra = held_out_size(n) if held_out is not None and n is not None else 0
-    kept, total = None, 0
-    for shard in shards:  # pass 1: the n (+ held-out) smallest id hashes, one shard at a time
-        keys = pair_keys(read_shard(shard, [id_name]).column(0))
-        total += len(keys)
+    total = scan.total
+    kept = None
+    for keys in scan.keys:  # the n (+ held-out) smallest id hashes, one shard at a time
         kept = smallest_keys(keys, n + extra if n is not None else total, kept)
     sampled = n is not None and total > n
     chosen = {"sample": kept[:n] if sampled else None, "held_out": kept[n:] if sampled else None}
-    parts: dict[str, list[pa.Table]] = {"sample": [], "held_out": []}
-    for shard in shards:  # pass 2: the sampled rows (all of them up to n)
+    parts: dict[str, list[tuple[Path, pa.Table]]] = {"sample": [], "held_out": []}
+    for shard in shards:  # the sampled rows (all of them up to n)
         for table in _pieces(shard):
             if not sampled:
-                parts["sample"].append(table)
+                parts["sample"].append((shard.path, table))
                 continue
             keys = pair_keys(table.column(id_name))
             for name, wanted in chosen.items():
-                parts[name].append(table.filter(pa.array(find_sorted(wanted, keys)[1])))
+                parts[name].append((shard.path, table.filter(
+                    pa.array(find_sorted(wanted, keys)[1]))))
     for name, path in (("sample", dest), ("held_out", held_out if sampled else None)):
         if path is None:
             continue
-        table = pa.concat_tables(parts.pop(name))
+        table = _concat(parts.pop(name))
         # hash order: independent of shard order and names
         order = np.argsort(pair_keys(table.column(id_name)), kind="stable") if sampled else None
         if table.num_rows:
             _write_in_order(table, path, order)
         del table
     pa.default_memory_pool().release_unused()  # Arrow's pool keeps what it freed otherwise
-    return total
+
+
+def _concat(pieces: list[tuple[Path, pa.Table]]) -> pa.Table:
+    """The sample's pieces (each with its shard's path) as one table; :class:`SchemaError`
+    naming the first shard whose columns differ from the first shard's (another vector width,
+    another type)."""
+    from ncclean.data.parquet import describe_schema
+
+    first_path, first = pieces[0][0], pieces[0][1].schema
+    for path, table in pieces:
+        if not table.schema.equals(first, check_metadata=False):
+            raise SchemaError(f"shard {path} has columns {describe_schema(table.schema)}, but "
+                              f"{first_path} has {describe_schema(first)}; all shards must "
+                              "share one schema")
+    return pa.concat_tables([table for _, table in pieces])
 
 
 def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> None:
@@ -141,15 +195,24 @@ def held_out_size(n: int) -> int:
 def score_sharded(input: PathLike, output: PathLike, method: str, params: dict | None,
                   columns: Columns, matcher: MatcherOptions, cut: Cut, stages: StageOptions,
                   run: RunOptions, device: str, scale: ScaleOptions,
-                  progress: Progress = no_progress):
+                  progress: Progress = no_progress, given: frozenset[str] = frozenset()):
     """Fit (or load a fit) and apply it to every shard of ``input`` (see the module
-    docstring); returns a :class:`~ncclean.pipeline.score.ScoreSummary` of the whole run."""
+    docstring); returns a :class:`~ncclean.pipeline.score.ScoreSummary` of the whole run.
+    ``given``: the options named on the command line (a saved fit refuses one it fixes,
+    :func:`~ncclean.pipeline.preflight.check_fit_options`). Everything that can be checked
+    before the fit is: the shards, the output and ``--save-fit`` folders, the fit's options."""
+    from ncclean.data.atomic import make_folder, scratch_folder
     from ncclean.pipeline.engines import ShardJob, run_engine
-    from ncclean.pipeline.fit import check_method_applies, load_fit, save_fit
+    from ncclean.pipeline.fit import load_fit, save_fit
+    from ncclean.pipeline.preflight import (
+        check_fit_columns,
+        check_fit_options,
+        check_output,
+        check_save_fit,
+        check_shards,
+    )
     from ncclean.pipeline.score import AUTO_METHOD
 
-    if method == AUTO_METHOD:  # a sharded run reads two vector columns: auto_method's clip
-        method = "clip"
     began = time.perf_counter()
     seconds: dict[str, float] = {}
     shards = list_shards(input)
@@ -158,29 +221,61 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
     if not to_folder and len(shards) > 1:
         raise BadOptionError(f"{input} has {len(shards)} shards: write them to a folder "
                              "(-o DIR), one output shard per input shard")
-    with tempfile.TemporaryDirectory(prefix="ncclean-fit-") as scratch:
-        if scale.fit is not None:
-            fit = load_fit(scale.fit, device)
+    fit = None
+    if scale.fit is not None:  # read and checked before any folder is made
+        fit = load_fit(scale.fit, device)
+        check_fit_options(fit.meta, scale.fit, method, params, cut, stages, run, given)
+        check_fit_columns(fit.meta, columns, scale.fit)
+        method = fit.meta["method"]
+    else:
+        if method == AUTO_METHOD:  # a sharded run reads two vector columns: auto_method's clip
+            method = "clip"
+        check_applies(input, method, columns, scale)
+    check_shards(input, shards)
+    id_name = id_column(shards[0], columns)
+    check_output(input, out, to_folder)
+    check_save_fit(scale.save_fit)
+    scan = scan_ids(shards, id_name)
+    if not scan.total:
+        raise EmptyInputError(f"{input}: no pairs in its {len(shards)} shard"
+                              f"{'s' if len(shards) > 1 else ''}")
+    with scratch_folder(out if to_folder else out.parent) as scratch:
+        if fit is not None:
             fit_dir = Path(scale.fit)
-            method = fit.meta["method"]
         else:
-            check_method_applies(method, None)
-            if not (columns.image_emb and columns.text_emb):
-                check_method_applies(method, _NotColumns)
-            fit, n_total = _fit(shards, method, params, columns, matcher, cut, stages, run,
-                                device, scale.sample_size, Path(scratch), progress)
-            fit_dir = Path(scale.save_fit) if scale.save_fit else Path(scratch) / "fit"
+            fit = _fit(shards, scan, id_name, method, params, columns, matcher, cut, stages,
+                       run, device, scale.sample_size, scratch, progress)
+            fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began
         applying = time.perf_counter()
         jobs = [ShardJob(shard=s, out=(out / f"{s.stem}.parquet") if to_folder else out,
-                         mark=to_folder) for s in shards]
-        if to_folder:
-            out.mkdir(parents=True, exist_ok=True)
+                         mark=to_folder, duplicates=tuple(int(r) for r in scan.duplicates[k]))
+                for k, s in enumerate(shards)]
+        for job in jobs:  # a shard of a sub-folder is written to the same sub-folder
+            make_folder(job.out.parent)
         reports = run_engine(scale.engine, fit_dir, fit.hash, jobs, columns, run, device,
                              scale.ray_address, progress)
         seconds["apply"] = time.perf_counter() - applying
     return _finish(input, out, to_folder, fit, reports, seconds, began, scale, run, device)
+
+
+def check_applies(input: PathLike, method: str, columns: Columns, scale: ScaleOptions) -> None:
+    """:class:`BadOptionError` (one line, naming what the user asked for) unless ``method`` can
+    be fitted on a sample and applied to ``input``'s pairs."""
+    from ncclean.pipeline.fit import APPLIES
+
+    asked = [flag for flag, value in (("--fit-sample", scale.sample_size),
+                                      ("--save-fit", scale.save_fit)) if value is not None]
+    why = f"{' and '.join(asked)} {'need' if len(asked) > 1 else 'needs'}" if asked else \
+        f"scoring {input} shard by shard (into a folder) needs"
+    if method not in APPLIES:
+        raise BadOptionError(f"{why} a method that scores pairs it did not train on "
+                             f"({', '.join(APPLIES)}); {method!r} cannot yet")
+    if not (columns.image_emb and columns.text_emb):
+        raise BadOptionError(f"{why} precomputed vectors for now (--image-emb-col and "
+                             "--text-emb-col; 'ncclean embed' computes them); a single Parquet "
+                             "file of images can be scored to -o FILE.parquet in one pass")
 
 
 def resolve_scale(input: PathLike, output: PathLike | None, method: str, columns: Columns,
@@ -218,19 +313,16 @@ def resolve_scale(input: PathLike, output: PathLike | None, method: str, columns
     return replace(scale, fit_sample=AUTO_FIT_SAMPLE)
 
 
-class _NotColumns:  # a matcher configuration that is not precomputed vectors (for the check)
-    image_tower = text_tower = "other"
-
-
-def _fit(shards, method, params, columns, matcher, cut, stages, run, device, n, scratch: Path,
-         progress):
+def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, cut, stages,
+         run, device, n, scratch: Path, progress):
     """The fit: one pass (:func:`score_corpus`) over the sample, kept."""
     from ncclean.pipeline.keep import fit_from_state
     from ncclean.pipeline.score import score_corpus
     from ncclean.stages.run import significance_mode
 
     sample, held_out = scratch / "sample.parquet", scratch / "held-out.parquet"
-    total = write_sample(shards, columns, n, sample, held_out if method == "gmm" else None)
+    write_sample(shards, scan, id_name, n, sample, held_out if method == "gmm" else None)
+    total = scan.total
     states: dict = {}
     score_corpus(sample, scratch / "sample-scored.parquet", method, params, columns, matcher,
                  cut, stages, run, device, progress,
@@ -254,7 +346,7 @@ def _fit(shards, method, params, columns, matcher, cut, stages, run, device, n, 
                                                           cache_dir=None, device=device), device)
         if posterior is not None:  # the sample's clean_prob on the same scale (keep.py)
             rescale_sample(fit, states, posterior)
-    return fit, total
+    return fit
 
 
 def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds: dict,

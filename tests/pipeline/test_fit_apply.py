@@ -14,7 +14,7 @@ from ncclean.api import score
 from ncclean.data.schema import Columns
 from ncclean.errors import BadOptionError
 from ncclean.options import ScaleOptions
-from ncclean.pipeline.fit import load_fit
+from ncclean.pipeline.fit import load_fit, sample_positions
 from tests.pipeline.corpora import vector_table, write_shards
 
 COLUMNS = Columns(image_emb="img", text_emb="txt")
@@ -76,9 +76,7 @@ def test_applied_pairs_are_scored_by_their_own_vectors(tmp_path):
     fit = load_fit(tmp_path / "fit")
     out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
     assert out.column("id").to_pylist() == table.column("id").to_pylist()  # every row, in order
-    from ncclean.data.shards import pair_keys
-
-    applied = ~np.isin(pair_keys(out.column("id")), fit.arrays["sample.key"])
+    applied = ~(sample_positions(fit, tmp_path / "out") >= 0)
     assert applied.sum() == 400
     prob = np.asarray(out.column("clean_prob").to_pylist())[applied]
     noisy = np.asarray(out.column("noisy_gt").to_pylist())[applied]
@@ -91,10 +89,10 @@ def test_applied_pairs_are_scored_by_their_own_vectors(tmp_path):
 
 def test_methods_that_cannot_apply_refuse_in_one_line(tmp_path):
     pq.write_table(vector_table(60), tmp_path / "in.parquet")
-    with pytest.raises(BadOptionError, match="support the methods clip, gmm"):
+    with pytest.raises(BadOptionError, match=r"scores pairs it did not train on \(clip, gmm\)"):
         score(tmp_path / "in.parquet", tmp_path / "o.parquet", "sdd", columns=COLUMNS,
               scale=ScaleOptions(fit_sample=100))
-    with pytest.raises(BadOptionError, match="need precomputed vectors"):
+    with pytest.raises(BadOptionError, match="needs precomputed vectors"):
         score(tmp_path / "in.parquet", tmp_path / "o.parquet", "clip",
               scale=ScaleOptions(fit_sample=100))
     with pytest.raises(BadOptionError, match="does not combine"):
@@ -143,7 +141,6 @@ def test_gmm_puts_its_sample_on_the_held_out_scale(tmp_path):
     assert fit.meta["sample_scale"].startswith("held-out")
     assert fit.meta["noise_rate"] == fit.meta["mixture"]["noise_rate"]
     from ncclean.data.results import PARTITIONS
-    from ncclean.data.shards import pair_keys
     from ncclean.options import Cut
     from ncclean.stages.partition import recall_threshold
 
@@ -153,10 +150,10 @@ def test_gmm_puts_its_sample_on_the_held_out_scale(tmp_path):
     _, noisy_below = Cut.from_record(fit.meta["cut"]).thresholds()
     assert ((parts == "noisy") == (prob < noisy_below)).all()
     out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
-    keys = pair_keys(out.column("id"))
-    fitted = np.isin(keys, fit.arrays["sample.key"])
+    positions = sample_positions(fit, tmp_path / "out")
+    fitted = positions >= 0
     written = np.asarray(out.column("clean_prob").to_pylist())
-    at = np.searchsorted(fit.arrays["sample.key"], keys[fitted])
+    at = positions[fitted]
     assert np.allclose(written[fitted], prob[at], atol=1e-6)  # written as float32
     # the held-out pairs are the applied half here: both halves on one scale, cut alike
     assert abs(written[fitted].mean() - written[~fitted].mean()) < 0.02
@@ -183,9 +180,7 @@ def test_applied_pairs_of_a_discounted_caption_lose_what_the_sample_lost(tmp_pat
     fit = load_fit(tmp_path / "fit")
     assert fit.meta["signal"] == "clip_sim - clip_convention"
     out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
-    from ncclean.data.shards import pair_keys
-
-    applied = ~np.isin(pair_keys(out.column("id")), fit.arrays["sample.key"])
+    applied = ~(sample_positions(fit, tmp_path / "out") >= 0)
     discount = np.asarray(out.column("clip_convention").to_pylist())
     assert applied[collection].any() and (~applied[collection]).any()
     assert np.allclose(discount[collection], discount[collection & ~applied][0])
@@ -230,12 +225,12 @@ def test_a_fit_of_the_first_format_applies_without_bands_and_others_are_refused(
         fit_sample=1000)
     path = tmp_path / "fit" / "fit.json"
     meta = json.loads(path.read_text())
-    assert meta["format"] == "ncclean-fit/2" and "recall_clean_above" in meta["cut"]
+    assert meta["format"] == "ncclean-fit/3" and "recall_clean_above" in meta["cut"]
     meta["format"] = "ncclean-fit/1"  # written before the bands: no band keys in its cut
     meta["cut"] = {k: v for k, v in meta["cut"].items() if "recall" not in k}
     path.write_text(json.dumps(meta))
     assert load_fit(tmp_path / "fit").meta["cut"].get("review_recall") is None
     run(tmp_path / "in.parquet", tmp_path / "applied.parquet", fit=tmp_path / "fit")
     path.write_text(json.dumps(meta | {"format": "ncclean-fit/9"}))
-    with pytest.raises(FitError, match="expected one of"):
+    with pytest.raises(FitError, match="expected 'ncclean-fit/1' or"):
         load_fit(tmp_path / "fit")
