@@ -268,6 +268,19 @@ def _mark_duplicate_ids(corpus: Corpus) -> None:
         corpus.mark(row, f"duplicate id: {ids[int(row)].as_py()!r} appears earlier")
 
 
+def mark_repeated_ids(corpus: Corpus, rows: np.ndarray, strict: bool = False) -> None:
+    """Mark ``rows`` (whose id appeared earlier in a larger corpus this one is part of: another
+    shard, an earlier part) invalid as :func:`read_corpus` marks a repeated id, unless already
+    marked so; under ``strict``, :class:`InvalidRowsError`."""
+    ids = corpus.ids
+    for row in np.asarray(rows, dtype=np.int64):
+        reason = f"duplicate id: {ids[int(row)].as_py()!r} appears earlier"
+        if reason not in (corpus.reasons[row] or ""):
+            corpus.mark(int(row), reason)
+    if strict and len(rows):
+        check_strict(corpus)
+
+
 # Bump when decoding changes (resampling, padding, reason texts): cached images of older
 # versions are ignored.
 DECODE_VERSION = "2"

@@ -138,9 +138,9 @@ def _hidden(path: Path, root: Path) -> bool:
 
 
 def _stem(path: Path, root: Path) -> str:
-    """The output name of a shard: its path under ``root`` without the suffix, folders joined
-    by ``__`` so shards of different sub-folders cannot collide."""
-    return "__".join(path.relative_to(root).with_suffix("").parts)
+    """The output name of a shard: its path under ``root`` without the suffix (``a/b`` for
+    ``a/b.parquet``), so the output folder mirrors the input's and no two shards share a name."""
+    return path.relative_to(root).with_suffix("").as_posix()
 
 
 def pair_keys(ids: pa.Array | pa.ChunkedArray | list) -> np.ndarray:
