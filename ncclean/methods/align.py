@@ -16,6 +16,10 @@ noise on the clip-art corpus (``benchmarks/results/clip.md``, "A shared space fo
 scikit-learn's ``CCA`` is iterative (NIPALS, one component at a time), has no ridge, and copies
 the pair matrix; this closed form accumulates the moments block by block, so a million pairs
 cost one pass and ``O(d^2)`` memory.
+
+A CCA needs both sides to vary: where every pair has the same image (a corpus of two to four
+captions of one picture, say) or the same caption, no direction of that side correlates with
+anything, and :func:`unalignable` says so before a fit is tried.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from ncclean.errors import BadOptionError
 from ncclean.models.linear import linear
 
 _BLOCK = 16384
+#: A side whose pairs' variance is below this share of their mean squared norm holds one vector
+#: up to float32 rounding (about 1e-7 of it): it has nothing to correlate.
+MIN_VARIANCE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ def fit_alignment(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray
     (any float dtype); ``image_group`` and ``text_group`` ``(n_pairs,) int64`` say which entries
     form each pair, and every pair counts once (an image in three pairs counts three times).
     ``dims`` is capped at the narrower width. Raises :class:`BadOptionError` for a ``dims`` below
-    1, a ``ridge`` that is not positive or fewer than two pairs."""
+    1, a ``ridge`` that is not positive, or pairs :func:`unalignable` refuses."""
     return alignment_from_sums(pair_sums(images, texts, image_group, text_group), dims, ridge)
 
 
@@ -110,15 +117,19 @@ def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0
         raise BadOptionError(f"align_dims must be at least 1, got {dims}")
     if not ridge > 0:  # without shrinkage the whitening fails wherever a width exceeds the pairs
         raise BadOptionError(f"align_ridge must be positive, got {ridge}")
-    if moments.count < 2:
-        raise BadOptionError("aligning two encoders needs at least two pairs")
+    if (reason := unalignable(moments)) is not None:
+        raise BadOptionError(f"aligning two encoders needs {reason}")
     n = moments.count
     mean_i, mean_t = (total / n for total in moments.sums)
     image_cov, text_cov, cross = (
         (total / n - torch.outer(u, v)).numpy() for total, (u, v) in
         zip(moments.products, ((mean_i, mean_i), (mean_t, mean_t), (mean_i, mean_t))))
-    image_white = _whitener(image_cov, ridge)
-    text_white = _whitener(text_cov, ridge)
+    try:
+        image_white = _whitener(image_cov, ridge)
+        text_white = _whitener(text_cov, ridge)
+    except np.linalg.LinAlgError:  # rounding beat a tiny ridge on a nearly constant side
+        raise BadOptionError(f"the CCA's covariances are singular at align_ridge {ridge}; give a "
+                             "larger -p align_ridge") from None
     left, correlations, right_t = np.linalg.svd(image_white.T @ cross @ text_white)
     dims = min(dims, len(correlations))
     return Alignment(image_mean=mean_i.numpy().astype(np.float32),
@@ -126,6 +137,21 @@ def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0
                      image_projection=(image_white @ left[:, :dims]).astype(np.float32),
                      text_projection=(text_white @ right_t[:dims].T).astype(np.float32),
                      correlations=correlations[:dims], ridge=ridge)
+
+
+def unalignable(moments: PairSums) -> str | None:
+    """Why no CCA can be fitted on the pairs whose moments are ``moments`` (the end of a
+    sentence: "at least two pairs", "pairs whose images differ", "pairs whose captions
+    differ"), or ``None`` when one can."""
+    if moments.count < 2:
+        return "at least two pairs"
+    for side, total, square in (("images", moments.sums[0], moments.products[0]),
+                                ("captions", moments.sums[1], moments.products[1])):
+        mean_square = float(torch.trace(square)) / moments.count
+        variance = mean_square - float(total @ total) / moments.count ** 2
+        if not variance > MIN_VARIANCE * mean_square:
+            return f"pairs whose {side} differ"
+    return None
 
 
 def pair_sums(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,

@@ -40,8 +40,15 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from ncclean.data.results import VAGUE
 from ncclean.errors import BadOptionError
-from ncclean.methods.align import Alignment, PairSums, alignment_from_sums, fit_alignment, pair_sums
+from ncclean.methods.align import (
+    Alignment,
+    PairSums,
+    alignment_from_sums,
+    pair_sums,
+    unalignable,
+)
 from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.conventions import convention_discount, held_out_similarity
 from ncclean.methods.mixture import fit_clean_posterior
@@ -155,6 +162,8 @@ class Clip(Method):
         elif (source := raw_source(config)) is not None:
             raw = raw_embeddings(features)
             embeddings, alignment, moments = self._aligned(raw, features)
+            if embeddings is None:
+                return self._unaligned(features, source, unalignable(moments))
             if alignment is not None:
                 source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"
                 space = _cca_space(raw, features, self.align_dims, self.align_ridge)
@@ -217,6 +226,24 @@ class Clip(Method):
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
                             report=report, alignment=alignment)
 
+    def _unaligned(self, features: Features, source: str, reason: str) -> MethodResult:
+        """The result where the vectors need a CCA that the pairs cannot give (``reason``, the
+        end of "it needs ..."): no pair can be told from another, so every one has ``clip_sim``
+        0, ``clean_prob`` 0.5 and partition ``vague`` (kept for review, neither trusted nor
+        discarded), no noise estimate and no space for the stages; ``keep_fraction``'s rule
+        still keeps its share, by position."""
+        n = features.n_pairs
+        similarity = np.zeros(n)
+        report = {"embeddings": source, "alignment": None, "warnings": [
+            f"clip fitted no CCA between the image and caption vectors (it needs {reason}), so "
+            "no pair could be told from another: every pair is vague, clean_prob 0.5"]}
+        if self.keep_fraction is not None:
+            clean_prob = top_fraction(similarity, self.keep_fraction)
+            return MethodResult(clean_prob=clean_prob, columns={"clip_sim": similarity},
+                                noise_rate=1.0 - float(clean_prob.mean()), report=report)
+        return MethodResult(clean_prob=np.full(n, 0.5), columns={"clip_sim": similarity},
+                            report=report, partition=np.full(n, VAGUE, dtype=object))
+
     def _cross_fits(self, features: Features) -> bool:
         """Whether pairs are ranked by CCA fits that did not see them (``rank``)."""
         if self.rank != "auto":
@@ -231,10 +258,11 @@ class Clip(Method):
         return self.align == "cca" or (self.align == "auto" and widths[0] != widths[1])
 
     def _aligned(self, embeddings: Embeddings, features: Features) \
-            -> tuple[Embeddings, Alignment | None, PairSums | None]:
+            -> tuple[Embeddings | None, Alignment | None, PairSums | None]:
         """The embeddings in a CCA space fitted on the pairs, with the fit and the pairs'
-        moments, where ``align`` asks for it; otherwise the embeddings as they are and
-        ``None``, ``None``."""
+        moments, where ``align`` asks for it; ``None``, ``None`` and the moments where it asks
+        for one that the pairs cannot give (:func:`~ncclean.methods.align.unalignable`);
+        otherwise the embeddings as they are and ``None``, ``None``."""
         widths = embeddings.images.shape[1], embeddings.texts.shape[1]
         if self.align == "none" and widths[0] != widths[1]:
             raise BadOptionError(
@@ -245,6 +273,8 @@ class Clip(Method):
             return embeddings, None, None
         moments = pair_sums(embeddings.images, embeddings.texts, features.image_group,
                             features.text_group)
+        if unalignable(moments) is not None:
+            return None, None, moments
         alignment = alignment_from_sums(moments, self.align_dims, self.align_ridge)
         dtype = kept_dtype(features)
         return Embeddings(images=alignment.project_images(embeddings.images, dtype),
@@ -289,10 +319,14 @@ def _fixed_space(embeddings: Embeddings) -> Space:
 
 def _cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> Space:
     """A CCA space fitted on the pairs ``fit`` only, so that the other pairs and their shuffles
-    are scored out of sample (:meth:`~ncclean.methods.align.Alignment.pair_cosine`)."""
-    def space(fit: np.ndarray | None) -> Cosine:
-        alignment = fit_alignment(raw.images, raw.texts, features.image_group[fit],
-                                  features.text_group[fit], dims, ridge)
+    are scored out of sample (:meth:`~ncclean.methods.align.Alignment.pair_cosine`); ``None``
+    where those pairs cannot be aligned (:func:`~ncclean.methods.align.unalignable`)."""
+    def space(fit: np.ndarray | None) -> Cosine | None:
+        moments = pair_sums(raw.images, raw.texts, features.image_group[fit],
+                            features.text_group[fit])
+        if unalignable(moments) is not None:
+            return None
+        alignment = alignment_from_sums(moments, dims, ridge)
 
         return lambda image_entries, text_entries: alignment.pair_cosine(
             raw.images, raw.texts, image_entries, text_entries)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ncclean.methods.align import PairSums, alignment_from_sums, pair_sums
+from ncclean.methods.align import PairSums, alignment_from_sums, pair_sums, unalignable
 
 FOLDS = 10
 QUANTILE = 0.75
@@ -48,7 +48,8 @@ def held_out_similarity(images: np.ndarray, texts: np.ndarray, image_group: np.n
                         folds: int = FOLDS, total: PairSums | None = None) -> np.ndarray:
     """``(n,) float32``: each pair's cosine in a CCA (``dims``, ``ridge``) fitted on the pairs of
     the other caption folds (:func:`caption_folds` with ``seed``); NaN in a fold whose fit would
-    see fewer than :data:`MIN_FIT_PAIRS` pairs (one caption nearly everywhere). ``images`` and
+    see fewer than :data:`MIN_FIT_PAIRS` pairs (one caption nearly everywhere) or pairs that
+    cannot be aligned (:func:`~ncclean.methods.align.unalignable`). ``images`` and
     ``texts`` are the raw vector tables (``texts`` one row per distinct caption: ``text_group``
     indexes it), ``image_group`` and ``text_group`` ``(n,) int64`` the pairs. One
     pass over the pairs for the whole corpus's moments (none when ``total`` holds them already:
@@ -62,8 +63,10 @@ def held_out_similarity(images: np.ndarray, texts: np.ndarray, image_group: np.n
         held = np.flatnonzero(fold_of == fold)
         if len(held) == 0 or len(image_group) - len(held) < MIN_FIT_PAIRS:
             continue
-        fold_sums = pair_sums(images, texts, image_group[held], text_group[held])
-        alignment = alignment_from_sums(total - fold_sums, dims, ridge)
+        moments = total - pair_sums(images, texts, image_group[held], text_group[held])
+        if unalignable(moments) is not None:  # the other folds hold one image or one caption
+            continue
+        alignment = alignment_from_sums(moments, dims, ridge)
         out[held] = alignment.pair_cosine(images, texts, image_group[held], text_group[held])
     return out
 

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Given the pairs to fit on (None: nothing to fit), a cosine of (image entries, caption entries).
+# Given the pairs to fit on (None: nothing to fit), a cosine of (image entries, caption entries),
+# or None where those pairs cannot be fitted.
 Cosine = Callable[[np.ndarray, np.ndarray], np.ndarray]
-Space = Callable[[np.ndarray | None], Cosine]
+Space = Callable[[np.ndarray | None], Cosine | None]
 
 ALPHA = 0.5
 MIN_PAIRS = 50  # per fold: fewer scored pairs or shuffled pairs give no estimate
@@ -103,7 +104,7 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
     ``None``. At most ``sample`` pairs are scored (a seeded sample), each against ``shuffles``
     shuffles of its own fold, leaving out shuffled pairs that share the image or the caption
     text. ``None`` when a fold has fewer than ``min_pairs`` pairs or shuffled pairs (a tiny
-    corpus, or one caption everywhere)."""
+    corpus, or one caption everywhere), or when ``space`` cannot fit the other folds."""
     if folds < 1:
         raise ValueError(f"folds must be at least 1, got {folds}")
     rng = np.random.default_rng(seed)
@@ -117,6 +118,8 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
         held = chosen[fold_of == fold]
         all_rows.append(held)
         cosine = space(None if folds == 1 else chosen[fold_of != fold])
+        if cosine is None:
+            return None
         nulls = []
         for _ in range(shuffles):
             other = rng.permutation(held)

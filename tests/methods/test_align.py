@@ -69,3 +69,20 @@ def test_half_precision_vectors_fit_and_project_as_full_precision_ones_do(rng):
     similarity = (a.astype(np.float32) * b).sum(1)
     expected = (full.project_images(images) * full.project_texts(texts)).sum(1)
     assert np.allclose(similarity, expected, atol=1e-2)  # directions' signs may differ
+
+
+def test_pairs_of_one_image_or_one_caption_cannot_be_aligned_and_say_so(rng):
+    from ncclean.methods.align import pair_sums, unalignable
+
+    images, texts, _ = two_encoders(rng, n=40, noisy=0)
+    pairs = np.arange(40)
+    one = np.zeros(40, dtype=np.int64)
+    assert unalignable(pair_sums(images, texts, pairs, pairs)) is None
+    assert unalignable(pair_sums(images, texts, one, pairs)) == "pairs whose images differ"
+    assert unalignable(pair_sums(images, texts, pairs, one)) == "pairs whose captions differ"
+    assert unalignable(pair_sums(images, texts, pairs[:1], pairs[:1])) == "at least two pairs"
+    # a unit image vector repeated (the default pipeline on captions of one picture) broke the
+    # whitening's Cholesky factor; now it is refused with the reason before any fit
+    unit = images / np.linalg.norm(images, axis=1, keepdims=True)
+    with pytest.raises(BadOptionError, match="needs pairs whose images differ"):
+        fit_alignment(unit, texts, one[:4], pairs[:4])

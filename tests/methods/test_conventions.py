@@ -38,6 +38,19 @@ def test_the_held_out_score_comes_from_fits_without_the_caption(rng):
     assert np.allclose(held[rows], expected, atol=1e-4)
 
 
+def test_a_fold_whose_fit_would_see_one_image_gets_no_held_out_score(rng):
+    images = rng.normal(size=(80, 12)).astype(np.float32)
+    images /= np.linalg.norm(images, axis=1, keepdims=True)
+    texts = rng.normal(size=(80, 5)).astype(np.float32)
+    text_group = np.arange(80)
+    fold = caption_folds(text_group, folds=4, seed=0)
+    image_group = np.where(fold == 0, np.arange(80), 0)  # only fold 0 shows other images
+    held = held_out_similarity(images, texts, image_group, text_group, dims=4, ridge=1.0,
+                               folds=4)
+    assert np.isnan(held[fold == 0]).all()  # its fit would see image 0 alone
+    assert np.isfinite(held[fold != 0]).all()
+
+
 def test_a_repeated_captions_gain_is_discounted_by_its_support():
     # two single captions gaining 0.1 and 0.3 (the 0.75 quantile: 0.25), a caption of 3 pairs
     # gaining 0.45 on average and one of 2 gaining less than a single caption typically does

@@ -81,3 +81,8 @@ def test_clean_prob_says_how_likely_a_pair_is_clean(rng, rate):
     # what it promises about the pairs it calls clean is what they hold
     assert np.mean(1 - clean_prob[kept]) == pytest.approx(truth[kept].mean(), abs=0.03)
     assert (clean_prob < 0.5).mean() == pytest.approx(rate, abs=0.05)
+
+
+def test_a_space_that_cannot_fit_a_fold_gives_no_estimate(rng):
+    pairs = np.arange(600)
+    assert null_noise_rate(lambda fit: None, pairs, pairs, folds=5) is None
