@@ -35,6 +35,7 @@ from ncclean.data.images import (
 from ncclean.data.parquet import PairSource, open_pairs
 from ncclean.data.pool import image_pool
 from ncclean.data.schema import Columns, ResolvedColumns, resolve_columns
+from ncclean.data.text import caption_problem
 from ncclean.errors import InvalidRowsError
 from ncclean.progress import Progress, no_progress
 
@@ -243,13 +244,6 @@ as one of :func:`ncclean.data.parquet.windows`).
     if strict:
         check_strict(corpus)
     return corpus
-
-
-def caption_problem(text: str | None) -> str | None:
-    """Why a caption cannot be used, or ``None``."""
-    if text is None:
-        return "missing caption"
-    return None if text.strip() else "empty caption"
 
 
 def _ids(chunks: list[pa.Array], resolved: ResolvedColumns, n: int) -> pa.Array:

@@ -1,4 +1,5 @@
-"""Caption tokens: lowercase words for alphabetic scripts, jieba for runs of Chinese characters.
+"""Caption tokens: lowercase words for alphabetic scripts, jieba for runs of Chinese characters;
+and which captions cannot be used at all (:func:`caption_problem`).
 
 One regular-expression pass splits a caption into runs of CJK ideographs and runs of other word
 characters, so a mixed caption ("a red 圆形 on the left") is tokenised in one go. jieba is imported
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +47,28 @@ def tokenize(text: str) -> list[str]:
         else:
             tokens.extend(t for t in _jieba().cut(cjk, HMM=True) if t.strip())
     return tokens
+
+
+#: Characters that draw nothing beyond the separators (Z*), controls (Cc) and format marks (Cf,
+#: such as the zero-width space, word joiner and byte-order mark): the Hangul fillers and the
+#: blank Braille pattern, which render as blanks.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def caption_problem(text: str | None) -> str | None:
+    """Why a caption cannot be used, or ``None``: ``missing caption`` (null), ``empty caption``
+    (nothing but whitespace), ``caption has no visible character`` (nothing but invisible
+    characters: zero-width spaces, NUL and other controls, byte-order marks, blank fillers)."""
+    if text is None:
+        return "missing caption"
+    if not text.strip():
+        return "empty caption"
+    return None if any(_visible(c) for c in text) else "caption has no visible character"
+
+
+def _visible(char: str) -> bool:
+    category = unicodedata.category(char)
+    return category[0] != "Z" and category not in ("Cc", "Cf") and char not in _BLANK_LETTERS
 
 
 @dataclass

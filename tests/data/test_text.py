@@ -53,3 +53,14 @@ def test_vocabulary_max_size_and_json_round_trip():
     again = Vocabulary.from_json(vocab.to_json())
     assert again.tokens == vocab.tokens and again.min_freq == vocab.min_freq
     assert again.encode(["z", "y"]) == [2, 1]
+
+
+def test_a_caption_of_only_invisible_characters_has_a_problem_of_its_own():
+    from ncclean.data.text import caption_problem
+
+    assert caption_problem(None) == "missing caption"
+    assert caption_problem("") == caption_problem(" \u3000\xa0\t\n") == "empty caption"
+    for text in ("\u200b", "\x00", "\u2060", "\ufeff", "\u200b\u200c \u200d", "\u3164", "\u2800"):
+        assert caption_problem(text) == "caption has no visible character", repr(text)
+    for text in ("a", "a\u200b", "\x00b", "😀", "左", "\u0301x"):
+        assert caption_problem(text) is None, repr(text)
