@@ -234,6 +234,38 @@ def test_an_output_folder_where_a_file_is_is_refused(tmp_path, capsys):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def _immutable(folder: Path) -> bool:
+    """Make ``folder`` unwritable even for root (``chattr +i``); whether that worked."""
+    import subprocess
+
+    if not shutil.which("chattr"):
+        return False
+    return subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("where", ["output", "inside-output", "save-fit"])
+def test_a_read_only_folder_is_refused_before_the_fit(tmp_path, capsys, monkeypatch, where):
+    import subprocess
+
+    import ncclean.pipeline.sharded as sharded
+
+    write_shards(vector_table(200), tmp_path / "in", 2)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if not _immutable(locked):
+        pytest.skip("chattr +i is not available here")
+    try:
+        monkeypatch.setattr(sharded, "_fit", lambda *a, **k: pytest.fail("fitted first"))
+        args = {"output": ["-o", locked], "inside-output": ["-o", locked / "sub"],
+                "save-fit": ["-o", tmp_path / "out", "--save-fit", locked / "fit"]}[where]
+        code, _, err = run(capsys, "score", tmp_path / "in", *args, *CLIP)
+        assert code == 2, err
+        assert str(locked) in one_line(err)
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_output_and_save_fit_folders_are_checked_before_the_fit(tmp_path, capsys,
                                                                      monkeypatch):
     import ncclean.data.atomic as atomic
