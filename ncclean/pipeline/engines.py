@@ -5,20 +5,35 @@ atomic writes and completion marks are the same with either engine).
 
 A shard whose output is complete (:func:`ncclean.data.shards.output_complete`) is skipped, so a
 rerun after an interruption writes only the rest; every shard is written by one call, so two
-engines given one fit write the same bytes.
+engines given one fit write the same bytes. A shard's working files (a decoded tar, a copy in
+smaller row groups) live in a scratch folder beside its output
+(:func:`ncclean.data.atomic.scratch_folder`), and the outputs complete so far are noted
+(:func:`ncclean.data.atomic.plan_outputs`) so that an interrupted run can say what it kept.
 """
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ncclean.data.atomic import (
+    make_folder,
+    mark_complete,
+    plan_outputs,
+    remove_stale_temps,
+    scratch_folder,
+)
 from ncclean.data.schema import Columns
-from ncclean.data.shards import InputShard, completion_metadata, output_complete, read_shard
+from ncclean.data.shards import (
+    N_ROWS_KEY,
+    InputShard,
+    completion_metadata,
+    output_complete,
+    read_shard,
+)
 from ncclean.errors import BadOptionError
 from ncclean.options import RunOptions
 from ncclean.progress import Progress, no_progress
@@ -65,20 +80,20 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
     report = {"stem": job.shard.stem, "output": str(job.out)}
     n_rows = shard_rows(job.shard)
     if job.mark and output_complete(job.out, fit.hash, n_rows, run.write):
+        mark_complete(job.out)
         done = pq.read_table(job.out, columns=["partition", "pseudo_caption"])
         return report | {"n_rows": n_rows, "skipped": True,
                          "partition_counts": partition_counts(done.column(0).combine_chunks()),
                          "n_pseudo_captions": n_rows - done.column(1).null_count}
-    for stale in job.out.parent.glob(f".{job.out.name}.*.tmp"):  # left by a killed run
-        stale.unlink(missing_ok=True)
+    remove_stale_temps(job.out)  # a killed run's; another live run's are its own
     totals = {"n_rows": 0, "n_applied": 0, "n_pseudo_captions": 0,
               "partition_counts": dict.fromkeys(PARTITIONS, 0)}
-    with tempfile.TemporaryDirectory(prefix="ncclean-shard-") as scratch:
+    with scratch_folder(make_folder(job.out.parent)) as scratch:
         path = job.shard.path
         if job.shard.kind != "parquet":  # one shard, held in memory anyway
-            path = Path(scratch) / f"{job.shard.stem}.parquet"
+            path = scratch / f"{job.shard.stem}.parquet"
             pq.write_table(read_shard(job.shard), path)
-        source = with_row_groups_of(open_pairs(path), APPLY_ROWS, Path(scratch))
+        source = with_row_groups_of(open_pairs(path), APPLY_ROWS, scratch)
         wanted = _columns(columns, fit.meta["columns"])
         parts = windows(source, APPLY_ROWS)
         captions = _caption_counts(source, wanted) if len(parts) > 1 else None
@@ -92,7 +107,21 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
     if not job.mark:  # a single output file gets its own sidecar, as one pass writes
         write_json(sidecar_path(job.out), {"fit": fit.hash, "n_rows": totals["n_rows"],
                                            "partition_counts": totals["partition_counts"]})
+    else:
+        mark_complete(job.out)
     return report | {"skipped": False}
+
+
+def found_complete(job: ShardJob, fit_hash: str, write: str) -> bool:
+    """Whether ``job.out`` is a complete output of the fit ``fit_hash``, judged from the file
+    alone (the row count its completion mark records; the input shard is not read)."""
+    if not job.mark or not job.out.exists():
+        return False
+    try:
+        recorded = (pq.read_schema(job.out).metadata or {}).get(N_ROWS_KEY, b"")
+    except (pa.ArrowInvalid, OSError):
+        return False
+    return recorded.isdigit() and output_complete(job.out, fit_hash, int(recorded), write)
 
 
 def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOptions,
@@ -171,6 +200,7 @@ def run_engine(engine: str, fit_dir: Path, fit_hash: str, jobs: list[ShardJob],
     """Apply the fit saved at ``fit_dir`` to ``jobs`` with ``engine`` (:data:`ENGINES`)."""
     if engine not in ENGINES:
         raise BadOptionError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    plan_outputs(job.out for job in jobs if job.mark)  # kept complete if the run stops early
     return ENGINES[engine](fit_dir, fit_hash, jobs, columns, run, device, address, progress)
 
 

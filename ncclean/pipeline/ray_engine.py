@@ -10,19 +10,23 @@ system or object store mount). The fit itself runs once, on the driver, before t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from pathlib import Path
 
+from ncclean import errors
 from ncclean.data.schema import Columns
-from ncclean.errors import BadOptionError
+from ncclean.errors import BadOptionError, NcCleanError
 from ncclean.options import RunOptions
 from ncclean.progress import Progress, no_progress
 
 
 class ShardApplier:
     """A Ray Data actor: loads the fit at ``fit_dir`` once, then applies it to every shard job
-    of each batch it is given (one job per row)."""
+    of each batch it is given (one job per row). An :class:`NcCleanError` comes back in the
+    job's report, by name and message, for :func:`run_ray` to raise."""
 
     def __init__(self, fit_dir: str, columns: Columns, run: RunOptions, device: str) -> None:
         from ncclean.pipeline.fit import load_fit
@@ -38,15 +42,20 @@ class ShardApplier:
         for path, stem, kind, out, mark in zip(batch["path"], batch["stem"], batch["kind"],
                                                batch["out"], batch["mark"], strict=True):
             job = ShardJob(InputShard(Path(path), str(stem), str(kind)), Path(out), bool(mark))
-            reports.append(json.dumps(apply_shard(self.fit, job, self.columns, self.run,
-                                                  self.device)))
+            try:
+                report = apply_shard(self.fit, job, self.columns, self.run, self.device)
+            except NcCleanError as error:  # sent back as data: Ray's wrapping loses its type
+                report = {"error": [type(error).__name__, str(error)]}
+            reports.append(json.dumps(report))
         return {"index": batch["index"], "report": reports}
 
 
 def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: RunOptions,
             device: str, address: str | None = None,
             progress: Progress = no_progress) -> list[dict]:
-    """Apply the fit at ``fit_dir`` to ``jobs`` on Ray Data; the reports in job order."""
+    """Apply the fit at ``fit_dir`` to ``jobs`` on Ray Data; the reports in job order. An error
+    of ours in a worker (bad input, a full disk) is raised here as itself, not wrapped in Ray's
+    exceptions; Ray's own log lines stay in its session's log files unless they are errors."""
     try:
         import ray
     except ImportError:
@@ -54,7 +63,7 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
     started = not ray.is_initialized()
     if started:
         if address:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
         else:
             root = str(Path(__file__).resolve().parents[2])  # this ncclean, for the workers
             env = {"PYTHONPATH": os.pathsep.join(filter(None, [root,
@@ -62,7 +71,7 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
             if "OMP_NUM_THREADS" in os.environ:
                 env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
             ray.init(num_cpus=int(os.environ.get("NCCLEAN_RAY_CPUS", "2")),
-                     include_dashboard=False, log_to_driver=False,
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
                      runtime_env={"env_vars": env})
     try:
         items = [{"index": k, "path": str(job.shard.path), "stem": job.shard.stem,
@@ -70,13 +79,80 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
                  for k, job in enumerate(jobs)]
         workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
         progress("apply", 0, len(jobs), f"ray, {workers} actors")
-        rows = ray.data.from_items(items).map_batches(
-            ShardApplier, fn_constructor_kwargs={"fit_dir": str(fit_dir), "columns": columns,
-                                                 "run": run, "device": device},
-            batch_size=1, concurrency=workers, num_cpus=1).take_all()
+        with _quiet_ray_data():
+            rows = ray.data.from_items(items).map_batches(
+                ShardApplier, fn_constructor_kwargs={"fit_dir": str(fit_dir),
+                                                     "columns": columns, "run": run,
+                                                     "device": device},
+                batch_size=1, concurrency=workers, num_cpus=1, max_restarts=0).take_all()
+        reports = [json.loads(row["report"])
+                   for row in sorted(rows, key=lambda row: int(row["index"]))]
+        failed = next((report["error"] for report in reports if "error" in report), None)
+        if failed is not None:  # the first in job order, as the local engine stops at
+            raise getattr(errors, failed[0], NcCleanError)(failed[1])
         progress("apply", len(jobs), len(jobs))
-        reports = sorted(rows, key=lambda row: int(row["index"]))
-        return [json.loads(row["report"]) for row in reports]
+        return reports
+    except BaseException as error:
+        from ncclean.data.atomic import mark_complete
+        from ncclean.pipeline.engines import found_complete
+
+        for job in jobs:  # the workers' notes are in their processes: look at the files
+            if found_complete(job, fit_hash, run.write):
+                mark_complete(job.out)
+        ours = _ours(error)
+        if ours is None or ours is error:
+            raise
+        raise ours from error
     finally:
         if started:
             ray.shutdown()
+
+
+def _ours(error: BaseException) -> BaseException | None:
+    """The error of ncclean's (an :class:`NcCleanError`, a full disk or no permission) that
+    Ray wrapped in ``error`` (a ``RayTaskError``, a ``UserCodeException``, or both at once),
+    ``None`` when there is none: the CLI then reports ``error`` as the bug it is."""
+    from ray.exceptions import RayError
+
+    from ncclean.data.atomic import is_write_error
+
+    seen, todo = set(), [error]
+    while todo:
+        inner = todo.pop()
+        if inner is None or id(inner) in seen:
+            continue
+        seen.add(id(inner))
+        if not isinstance(inner, RayError) and (isinstance(inner, NcCleanError)
+                                                or is_write_error(inner)):
+            return inner
+        todo += [getattr(inner, "cause", None), inner.__cause__, inner.__context__]
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_ray_data():
+    """Ray Data without its progress bars and execution notes, and without the log line that
+    announces a worker's exception (which :func:`run_ray` raises itself); other errors it logs
+    still show. Its settings are restored afterwards."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    saved = context.enable_progress_bars, context.print_on_execution_start
+    context.enable_progress_bars = context.print_on_execution_start = False
+    consoles = [h for h in logging.getLogger("ray.data").handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    levels = [h.level for h in consoles]
+    for handler in consoles:
+        handler.setLevel(max(handler.level, logging.ERROR))
+        handler.addFilter(_not_user_code)
+    try:
+        yield
+    finally:
+        context.enable_progress_bars, context.print_on_execution_start = saved
+        for handler, level in zip(consoles, levels, strict=True):
+            handler.setLevel(level)
+            handler.removeFilter(_not_user_code)
+
+
+def _not_user_code(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Exception occurred in user code")

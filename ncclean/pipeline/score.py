@@ -67,17 +67,33 @@ def written_by_score(path: PathLike) -> bool:
         return False
 
 
-def resume_warning(run: RunOptions) -> str | None:
-    """The warning for ``--resume`` with no checkpoint in ``--checkpoint-dir`` (the run starts
-    from scratch), ``None`` when there is one or no resume was asked for."""
+def resume_warning(run: RunOptions, input: PathLike | None = None,
+                   output: PathLike | None = None, scale=None) -> str | None:
+    """The warning for ``--resume`` with nothing to resume from (the run starts from scratch),
+    ``None`` when there is something or no resume was asked for. A sharded run into a folder
+    (``input``, ``output`` and ``scale``, :class:`~ncclean.options.ScaleOptions`, say whether
+    this one is) resumes by itself, skipping its complete shards: without ``--checkpoint-dir``
+    it has nothing to warn about."""
     if not run.resume:
         return None
     if run.checkpoint_dir is None:
+        if _resumes_by_shards(input, output, scale):
+            return None
         return "--resume without --checkpoint-dir: nothing to resume; starting from scratch"
     folder = Path(run.checkpoint_dir)
     if folder.is_dir() and any(folder.rglob(f"{CHECKPOINT_STATE}.json")):
         return None
     return f"--resume: no checkpoint in {folder}; starting from scratch"
+
+
+def _resumes_by_shards(input: PathLike | None, output: PathLike | None, scale) -> bool:
+    """Whether the run writes a folder of shards (:mod:`ncclean.pipeline.sharded`)."""
+    if input is None or output is None:
+        return False
+    from ncclean.pipeline.sharded import wants_shards
+
+    out = Path(output)
+    return wants_shards(input, out, scale) and (out.is_dir() or out.suffix != ".parquet")
 
 
 CHECKPOINT_STATE = "training-state.safetensors"

@@ -29,3 +29,34 @@ def test_ray_and_local_write_the_same_shards(tmp_path):
     assert ray.partition_counts == local.partition_counts
     shards = json.loads((tmp_path / "ray" / "ncclean.json").read_text())["shards"]
     assert [s["stem"] for s in shards] == [n[:-8] for n in names]
+
+
+def test_bad_input_in_a_ray_worker_is_the_local_engines_one_line(capfd, tmp_path):
+    """A worker's error of ours comes back as itself (exit 2, its one line), not wrapped in
+    Ray's exceptions and traceback, and Ray's own log lines stay off the terminal."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ncclean.cli import main
+
+    table = vector_table(300, seed=5)
+    img = table.column("img").to_pylist()
+    img[150] = [float("nan")] * len(img[150])  # an invalid pair in the second shard
+    bad = table.set_column(table.schema.get_field_index("img"), "img",
+                           pa.array([np.asarray(v, np.float32) for v in img],
+                                    table.schema.field("img").type))
+    write_shards(table, tmp_path / "in", 3)
+    write_shards(bad, tmp_path / "bad", 3)
+    vectors = ["--image-emb-col", "img", "--text-emb-col", "txt", "--no-cache"]
+    assert main(["score", str(tmp_path / "in"), "-o", str(tmp_path / "local"), *vectors,
+                 "--save-fit", str(tmp_path / "fit")]) == 0
+    capfd.readouterr()
+    lines = {}
+    for engine in ("local", "ray"):
+        code = main(["score", str(tmp_path / "bad"), "-o", str(tmp_path / engine / "out"),
+                     *vectors, "--fit", str(tmp_path / "fit"), "--strict", "--engine", engine])
+        err = capfd.readouterr().err
+        assert code == 2, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        lines[engine] = err.replace(str(tmp_path / engine), "OUT")
+    assert lines["ray"] == lines["local"]

@@ -13,6 +13,7 @@ import time
 import pyarrow.parquet as pq
 
 from ncclean.api import score
+from ncclean.data.atomic import TEMP_MARK
 from ncclean.data.schema import Columns
 from ncclean.options import ScaleOptions
 from tests.pipeline.corpora import vector_table, write_shards
@@ -45,7 +46,9 @@ def test_killed_run_resumes_with_only_the_rest(tmp_path):
     process.wait()
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "killed").glob("*.parquet")}
     assert before, "the run was killed before it wrote a shard"
-    stale = tmp_path / "killed" / f".part-023.parquet.{os.getpid()}.tmp"
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # a process that is gone, as the killed run's is
+    stale = tmp_path / "killed" / f".part-023.parquet{TEMP_MARK}{gone.pid}-x.tmp"
     if "part-023.parquet" not in before:  # as a kill in the middle of a write leaves it
         stale.write_bytes(b"half a file")
     result = subprocess.run(cli(tmp_path / "in", tmp_path / "killed", tmp_path / "fit"),
@@ -77,3 +80,21 @@ def test_rerun_redoes_shards_of_another_fit_or_a_wrong_size(tmp_path):
           **kwargs)  # another fit: every shard redone
     shards = json.loads((tmp_path / "out" / "ncclean.json").read_text())["shards"]
     assert not any(s["skipped"] for s in shards)
+
+
+def test_resume_on_a_sharded_folder_does_not_say_it_starts_from_scratch(tmp_path, capsys):
+    from ncclean.cli import main
+
+    write_shards(vector_table(300), tmp_path / "in", 3)
+    words = ["score", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--method", "clip",
+             "--image-emb-col", "img", "--text-emb-col", "txt", "--no-cache"]
+    assert main(words) == 0
+    capsys.readouterr()
+    assert main([*words, "--resume"]) == 0  # every shard complete: all skipped
+    err = capsys.readouterr().err
+    assert "warning" not in err and "starting from scratch" not in err, err
+    shards = json.loads((tmp_path / "out" / "ncclean.json").read_text())["shards"]
+    assert all(s["skipped"] for s in shards)
+    assert main(["score", str(tmp_path / "in" / "part-000.parquet"), "-o",
+                 str(tmp_path / "one.parquet"), *words[4:], "--resume"]) == 0
+    assert "nothing to resume; starting from scratch" in capsys.readouterr().err  # one pass
