@@ -4,7 +4,11 @@ partitions and scores, its run record, and a few chosen rows.
 The run record is read from the file's own metadata, where :func:`ncclean.data.results.
 write_results` writes it with the rows; the ``.json`` copy beside the file is read only for files
 written before the record moved into the metadata, and ignored when the metadata has one (a copy
-left by another run must never be paired with these rows).
+left by another run must never be paired with these rows). A folder of shards that a sharded
+``score`` run wrote (``-o DIR/``) has its record in ``DIR/ncclean.json``, written last: a folder
+whose shards carry the run's completion marks but whose record is missing, or counts other rows
+or another fit, is an unfinished run and is refused (:func:`open_scored`). A folder of scored
+Parquet made by hand (no completion marks) is read like a hand-made file, without a record.
 
 Only the small per-row columns (``partition``, ``clean_prob``, ``noisy_gt``) are held for the whole
 corpus; captions and images are streamed and only the rows a report shows are kept.
@@ -23,7 +27,11 @@ import pyarrow as pa
 from ncclean.data.parquet import PairSource, open_pairs, sidecar_path, written
 from ncclean.data.results import INVALID, PARTITIONS, RECORD_KEY, stable_record
 from ncclean.data.schema import NOISY_GT
+from ncclean.data.shards import FIT_HASH_KEY
 from ncclean.errors import SchemaError
+
+FOLDER_RECORD = "ncclean.json"
+"""The run record of a folder of output shards, written when the last shard is."""
 
 
 @dataclass
@@ -71,8 +79,11 @@ class Scored:
 
 
 def open_scored(path: str | Path) -> Scored:
-    """Open the output of ``ncclean score``; :class:`SchemaError` if it is not one."""
+    """Open the output of ``ncclean score``; :class:`SchemaError` if it is not one, or if it is
+    the folder of an unfinished sharded run (:func:`require_finished`)."""
     source = open_pairs(path)
+    if source.path.is_dir():
+        require_finished(source)
     missing = [c for c in ("partition", "clean_prob") if c not in source.schema.names]
     if missing:
         raise SchemaError(f"{path} is not a scored file (no {' or '.join(missing)} column); "
@@ -99,11 +110,53 @@ def open_scored(path: str | Path) -> Scored:
     return Scored(source, partition, clean_prob, noisy_gt, sidecar)
 
 
+def require_finished(source: PairSource) -> None:
+    """:class:`SchemaError` when the folder ``source`` holds shards of a sharded ``score`` run
+    (their completion marks, :data:`~ncclean.data.shards.FIT_HASH_KEY`) that did not finish:
+    its record (:data:`FOLDER_RECORD`) is missing, or counts other rows or another fit than the
+    shards hold. Rerunning the same command finishes it (finished shards are kept)."""
+    marks = _fit_marks(source)
+    if not any(marks):
+        return  # not written by a sharded run: a hand-made folder
+    record = _folder_record(source.path)
+    rerun = "rerun the same 'ncclean score' command to finish it"
+    if record.get("command") != "score":
+        raise SchemaError(f"{source.path} is an unfinished 'ncclean score' run ({len(marks)} "
+                          f"shards, {source.n_rows:,} rows, no {FOLDER_RECORD}); {rerun}")
+    fit_hash = str((record.get("fit") or {}).get("hash", "")).encode()
+    recorded = record.get("n_rows")
+    if recorded != source.n_rows or any(m is not None and m != fit_hash for m in marks):
+        raise SchemaError(
+            f"{source.path} is an unfinished 'ncclean score' run: its shards hold "
+            f"{source.n_rows:,} rows, its {FOLDER_RECORD} counts {recorded} rows"
+            + ("" if recorded != source.n_rows else " written by another fit")
+            + f"; {rerun}")
+
+
+def _fit_marks(source: PairSource) -> list[bytes | None]:
+    """Each shard's completion mark (the fit hash in its Parquet metadata), from the footers."""
+    import pyarrow.parquet as pq
+
+    return [(pq.read_schema(shard.path).metadata or {}).get(FIT_HASH_KEY)
+            for shard in source.shards]
+
+
+def _folder_record(folder: Path) -> dict:
+    """The record in ``folder/``:data:`FOLDER_RECORD`, ``{}`` when missing or unreadable."""
+    try:
+        record = json.loads((folder / FOLDER_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def run_record(source: PairSource) -> dict:
     """The scoring run's record of ``source``: from its first file's metadata (key
     :data:`RECORD_KEY`), with the timings of the ``.json`` copy beside it when that copy is the
-    same record; for older files (no record inside) the copy; ``{}`` when there is neither or it
-    is unreadable."""
+    same record; for older files (no record inside) the copy; for a folder of shards its
+    :data:`FOLDER_RECORD`; ``{}`` when there is none or it is unreadable."""
+    if source.path.is_dir() and (source.path / FOLDER_RECORD).exists():
+        return _folder_record(source.path)
     copy: dict | None = None
     side = sidecar_path(source.path) if source.path.is_file() else None
     if side is not None and side.exists():
