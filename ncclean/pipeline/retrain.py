@@ -80,6 +80,11 @@ def pa_mask_rows(rows: np.ndarray):
     return pa.array(np.asarray(rows, dtype=np.int64))
 
 
+def _named_column(encoder: str, column: str | None) -> str:
+    """``column`` for an ``auto`` tower whose embedding column is named, else ``encoder``."""
+    return "column" if encoder == "auto" and column else encoder
+
+
 def _read(path: PathLike, what: str, columns: Columns, **kwargs):
     """``read_corpus`` with the file named in a column error (scored file or test file)."""
     from ncclean.data.corpus import read_corpus
@@ -106,7 +111,9 @@ def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str | None,
     """Train a fresh plain matcher per arm on what the scoring run of ``input`` kept and measure
     Recall@K on ``test``; ``device`` is resolved. The matcher's architecture and encoders are
     the scoring run's (its sidecar), with the towers ``image_encoder`` / ``text_encoder`` other
-    than ``auto`` replaced; ``matcher``: a saved matcher evaluated untrained as one more arm.
+    than ``auto`` replaced (with no record of them, an ``auto`` tower whose embedding column is
+    named in ``columns`` reads that column, as in ``score``); ``matcher``: a saved matcher
+    evaluated untrained as one more arm.
     ``test_columns``: fields of :class:`Columns` (``caption``, ``image``, ``image_emb``,
     ``text_emb``...) named apart for the test file, the others as the scored file's. ``test``
     ``None``: a sample of ``input`` is held out (:func:`held_out`)."""
@@ -139,7 +146,12 @@ def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str | None,
         raise BadOptionError(f"{input} was scored with --significance off, so every clean pair "
                              "is clean_significant; score it with the significance stage on, or "
                              "use --keep clean")
-    settings = scored.sidecar.get("matcher", {})
+    settings = scored.sidecar.get("matcher")
+    if settings is None:  # no record of the towers (a sharded run's folder, a hand-made file):
+        # as score's auto, a named embedding column is its side's tower
+        image_encoder = _named_column(image_encoder, columns.image_emb)
+        text_encoder = _named_column(text_encoder, columns.text_emb)
+        settings = {}
     matcher_config = override_towers(
         MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),
         image_encoder, text_encoder)
