@@ -22,7 +22,9 @@ Where the embeddings come from:
   embeddings (``ncclean embed --encoder clip`` writes them). When they come from two unrelated
   encoders (``align="cca"``, and by default whenever their widths differ) the cosine is taken
   after a ridge CCA fitted on the corpus's own pairs puts both in one space
-  (:mod:`ncclean.methods.align`); this is ours, not DataComp's, which assumes a CLIP.
+  (:mod:`ncclean.methods.align`); this is ours, not DataComp's, which assumes a CLIP. Pairs
+  that all show one image (or all carry one caption) give a CCA nothing to fit: then no pair can
+  be told from another, every pair is ``vague`` at 0.5, and the record's report says why.
 - a pretrained CLIP (``clip`` towers: ``--clip-pretrained`` or ``--clip-checkpoint``): the raw
   cosine of its frozen features, computed (and cached) here; DataComp's CLIP score. With
   ``--finetune full`` the same cosine, computed by the whole model from pixels and tokens.
