@@ -79,12 +79,15 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
                  for k, job in enumerate(jobs)]
         workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
         progress("apply", 0, len(jobs), f"ray, {workers} actors")
+        # a cluster of our own: no actor restarts (a restarted actor would meet the same
+        # error), which also keeps Ray's warning about restarting them off the terminal
+        restarts = {"max_restarts": 0} if started and not address else {}
         with _quiet_ray_data():
             rows = ray.data.from_items(items).map_batches(
                 ShardApplier, fn_constructor_kwargs={"fit_dir": str(fit_dir),
                                                      "columns": columns, "run": run,
                                                      "device": device},
-                batch_size=1, concurrency=workers, num_cpus=1, max_restarts=0).take_all()
+                batch_size=1, concurrency=workers, num_cpus=1, **restarts).take_all()
         reports = [json.loads(row["report"])
                    for row in sorted(rows, key=lambda row: int(row["index"]))]
         failed = next((report["error"] for report in reports if "error" in report), None)
