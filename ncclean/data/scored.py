@@ -125,6 +125,10 @@ def require_finished(source: PairSource) -> None:
                           f"shards, {source.n_rows:,} rows, no {FOLDER_RECORD}); {rerun}")
     fit_hash = str((record.get("fit") or {}).get("hash", "")).encode()
     recorded = record.get("n_rows")
+    if isinstance(recorded, int) and source.n_rows > recorded:
+        raise SchemaError(f"{source.path} holds {source.n_rows:,} rows, more than the "
+                          f"{recorded:,} its {FOLDER_RECORD} counts: Parquet files its 'ncclean "
+                          "score' run did not write are mixed in; move them out")
     if recorded != source.n_rows or any(m is not None and m != fit_hash for m in marks):
         raise SchemaError(
             f"{source.path} is an unfinished 'ncclean score' run: its shards hold "

@@ -72,6 +72,12 @@ def test_a_shard_of_another_fit_under_a_finished_record_is_refused(capsys, shard
     assert code == 2 and "written by another fit" in one_line(err)
 
 
+def test_a_folder_with_more_rows_than_its_record_counts_is_refused(capsys, sharded):
+    pq.write_table(pq.read_table(sorted(sharded.glob("*.parquet"))[0]), sharded / "extra.parquet")
+    code, _, err = run(capsys, "check", sharded)
+    assert code == 2 and "320 rows, more than the 240" in one_line(err)
+
+
 def test_a_hand_made_folder_of_scored_parquet_is_read_without_a_record(capsys, sharded):
     hand_made = sharded.parent / "hand_made"
     hand_made.mkdir()
