@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -42,11 +43,14 @@ from ncclean.progress import Progress, no_progress
 @dataclass(frozen=True)
 class ShardJob:
     """One input shard and its output file; ``mark``: record the fit's hash and the row count
-    in the output's metadata (a sharded run's completion mark)."""
+    in the output's metadata (a sharded run's completion mark); ``duplicates``: the shard's rows
+    (sorted) whose id appeared earlier in the corpus, written ``invalid`` as one pass writes a
+    repeated id."""
 
     shard: InputShard
     out: Path
     mark: bool = True
+    duplicates: tuple[int, ...] = ()
 
 
 def shard_rows(shard: InputShard) -> int:
@@ -91,14 +95,15 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
     with scratch_folder(make_folder(job.out.parent)) as scratch:
         path = job.shard.path
         if job.shard.kind != "parquet":  # one shard, held in memory anyway
-            path = scratch / f"{job.shard.stem}.parquet"
+            path = scratch / "shard.parquet"
             pq.write_table(read_shard(job.shard), path)
         source = with_row_groups_of(open_pairs(path), APPLY_ROWS, scratch)
         wanted = _columns(columns, fit.meta["columns"])
         parts = windows(source, APPLY_ROWS)
         captions = _caption_counts(source, wanted) if len(parts) > 1 else None
-        scored = (_apply_part(fit, part, wanted, captions, job, run, device, totals)
-                  for part in parts)
+        starts = np.cumsum([0] + [part.n_rows for part in parts])
+        scored = (_apply_part(fit, part, wanted, captions, job, run, device, totals, start)
+                  for part, start in zip(parts, starts))
         marks = completion_metadata(fit.hash, n_rows) if job.mark else {}
         write_pair_parts(source, job.out, scored, **scores_only(
             resolve_columns(wanted, source.schema).id, run.write, marks))
@@ -125,15 +130,19 @@ def found_complete(job: ShardJob, fit_hash: str, write: str) -> bool:
 
 
 def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOptions,
-                device: str, totals: dict):
-    """``(part, updates)``: one part of a shard scored with ``fit``; adds to ``totals``."""
-    from ncclean.data.corpus import read_corpus
+                device: str, totals: dict, first_row: int = 0):
+    """``(part, updates)``: one part of a shard (from its row ``first_row``) scored with
+    ``fit``; adds to ``totals``."""
+    from ncclean.data.corpus import mark_repeated_ids, read_corpus
     from ncclean.data.results import partition_counts
     from ncclean.models.features import build_features
     from ncclean.models.matcher import MatcherConfig
     from ncclean.pipeline.apply import apply_to_corpus
 
     corpus = read_corpus(part, columns, strict=run.strict, image_size=None, cache_dir=None)
+    if job.duplicates:
+        rows = np.asarray(job.duplicates, dtype=np.int64) - first_row
+        mark_repeated_ids(corpus, rows[(rows >= 0) & (rows < corpus.n_pairs)], run.strict)
     features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
                               cache_dir=None, device=device)
     applied = apply_to_corpus(fit, corpus, features, device, shard_captions=captions)

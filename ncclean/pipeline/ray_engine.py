@@ -39,9 +39,11 @@ class ShardApplier:
         from ncclean.pipeline.engines import ShardJob, apply_shard
 
         reports = []
-        for path, stem, kind, out, mark in zip(batch["path"], batch["stem"], batch["kind"],
-                                               batch["out"], batch["mark"], strict=True):
-            job = ShardJob(InputShard(Path(path), str(stem), str(kind)), Path(out), bool(mark))
+        for path, stem, kind, out, mark, repeated in zip(
+                batch["path"], batch["stem"], batch["kind"], batch["out"], batch["mark"],
+                batch["duplicates"], strict=True):
+            job = ShardJob(InputShard(Path(path), str(stem), str(kind)), Path(out), bool(mark),
+                           tuple(json.loads(str(repeated))))
             try:
                 report = apply_shard(self.fit, job, self.columns, self.run, self.device)
             except NcCleanError as error:  # sent back as data: Ray's wrapping loses its type
@@ -75,7 +77,8 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
                      runtime_env={"env_vars": env})
     try:
         items = [{"index": k, "path": str(job.shard.path), "stem": job.shard.stem,
-                  "kind": job.shard.kind, "out": str(job.out), "mark": job.mark}
+                  "kind": job.shard.kind, "out": str(job.out), "mark": job.mark,
+                  "duplicates": json.dumps(list(job.duplicates))}
                  for k, job in enumerate(jobs)]
         workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
         progress("apply", 0, len(jobs), f"ray, {workers} actors")
