@@ -241,7 +241,7 @@ def score(
     scale = ScaleOptions(fit_sample=int(fit_sample) if fit_sample.strip().isdigit() else fit_sample,
                          save_fit=save_fit, fit=fit, engine=engine,
                          ray_address=ray_address)
-    early = resume_warning(run)
+    early = resume_warning(run, input, output, scale)
     if early:
         warning_line(early)
     with progress_bars(not json_) as progress:

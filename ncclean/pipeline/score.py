@@ -215,13 +215,16 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
     corpus = read_corpus(input, columns, strict=run.strict, image_size=decoded_size(config),
                          max_image_pixels=max_pixels, cache_dir=cache, progress=progress)
     if corpus.valid.sum() < 2:
-        raise BadOptionError(f"{input}: only {int(corpus.valid.sum())} usable pairs; scoring "
+        usable = int(corpus.valid.sum())
+        raise BadOptionError(f"{input}: only {usable} usable pair{'s' if usable != 1 else ''}; "
+                             "scoring "
                              "needs at least 2 (see invalid_reason with ncclean inspect)")
     complete_config(config, corpus)
     features = build_features(corpus, config, cache_dir=cache, device=device,
                               max_pixels=max_pixels, progress=progress)
     if features.n_pairs < 2:
-        raise BadOptionError(f"{input}: only {features.n_pairs} usable pairs; scoring needs at "
+        raise BadOptionError(f"{input}: only {features.n_pairs} usable "
+                             f"pair{'s' if features.n_pairs != 1 else ''}; scoring needs at "
                              "least 2 (see invalid_reason with ncclean inspect)")
     seconds["read"] = time.perf_counter() - began
 
@@ -266,7 +269,7 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
     }
     summary = write_scored(corpus, features, out, result, clean_prob, parts, added, seconds,
                            began, sidecar, run.save_matcher, run.write)
-    summary.warnings.extend(warnings)
+    summary.warnings.extend(warnings + list(result.report.get("warnings", [])))
     return summary
 
 

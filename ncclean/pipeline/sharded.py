@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ncclean.data.schema import Columns
+from ncclean.data.scored import FOLDER_RECORD
 from ncclean.data.shards import (
     InputShard,
     find_sorted,
@@ -40,7 +41,7 @@ from ncclean.options import Cut, MatcherOptions, RunOptions, ScaleOptions, Stage
 from ncclean.progress import Progress, no_progress
 
 PathLike = str | os.PathLike
-RUN_SIDECAR = "ncclean.json"
+RUN_SIDECAR = FOLDER_RECORD
 
 
 def wants_shards(input: PathLike, output: PathLike, scale: ScaleOptions | None) -> bool:
@@ -363,6 +364,9 @@ def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds
     record = {
         "command": "score", "input": str(input), "method": fit.meta["method"],
         "params": fit.meta["params"], "seed": fit.meta["seed"], "device": device,
+        "columns": {"image_emb": fit.meta["columns"]["image_emb"],
+                    "text_emb": fit.meta["columns"]["text_emb"]},
+        "matcher": {k: v for k, v in fit.meta["matcher"].items() if k != "vocab"},
         "fit": {"hash": fit.hash, "saved_to": str(scale.save_fit or scale.fit or "") or None,
                 "sample": fit.meta["sample"], "signal": fit.meta["signal"]},
         "engine": scale.engine, "write": run.write,

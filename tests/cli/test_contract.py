@@ -81,15 +81,15 @@ def test_a_bug_is_exit_3_with_one_line_and_the_traceback_only_under_debug(capsys
     code, _, err = run(capsys, "check", tmp_path / "x.parquet")
     assert code == 3
     assert "internal error: KeyError" in one_line(err) and "please report it" in err
-    with pytest.raises(KeyError):
-        main(["check", str(tmp_path / "x.parquet"), "--debug"])  # --debug after the command
+    code, _, err = run(capsys, "check", tmp_path / "x.parquet", "--debug")  # after the command
+    assert code == 3 and "Traceback" in err
+    assert err.strip().splitlines()[-1].startswith("ncclean: error: internal error: KeyError")
 
 
 def test_debug_is_accepted_after_the_command(capsys, tmp_path):
-    from ncclean.errors import InputNotFoundError
-
-    with pytest.raises(InputNotFoundError):  # --debug shows the traceback: the error is raised
-        main(["check", str(tmp_path / "missing.parquet"), "--debug"])
+    code, _, err = run(capsys, "check", tmp_path / "missing.parquet", "--debug")
+    assert code == 2 and "Traceback" in err  # the traceback, then the same line and code
+    assert "no such file" in err.strip().splitlines()[-1]
     code, _, err = run(capsys, "check", tmp_path / "missing.parquet")
     assert code == 2 and "no such file" in err
 
