@@ -234,14 +234,16 @@ def test_read_shard_names_a_shard_without_a_column(tmp_path):
         read_shard(InputShard(tmp_path / "b.arrow", "b", "arrow"))
 
 
+@pytest.mark.parametrize("damaged", ["a", "b"])
 @pytest.mark.parametrize("damage", [b"", b"PAR1 not really parquet"])
-def test_a_sharded_run_over_a_damaged_parquet_shard_is_exit_2(capsys, tmp_path, damage):
+def test_a_sharded_run_over_a_damaged_parquet_shard_is_exit_2(capsys, tmp_path, damage, damaged):
     folder = tmp_path / "shards"
     folder.mkdir()
-    _vector_shard(folder / "a.parquet", [f"a{k}" for k in range(30)])
-    (folder / "b.parquet").write_bytes(damage)
+    for name in "ab":
+        _vector_shard(folder / f"{name}.parquet", [f"{name}{k}" for k in range(30)])
+    (folder / f"{damaged}.parquet").write_bytes(damage)
     code, err = run(capsys, "score", folder, "-o", f"{tmp_path / 'out'}/", *VECTORS)
-    assert code == 2 and str(folder / "b.parquet") in one_line(err)
+    assert code == 2 and str(folder / f"{damaged}.parquet") in one_line(err)
 
 
 # ------------------------------------------------------------ inspect reads what score reads (10)
