@@ -11,7 +11,9 @@ from ncclean.cli import options
 
 
 def inspect(
-    input: Annotated[Path, typer.Argument(help="Parquet file or folder of shards.",
+    input: Annotated[Path, typer.Argument(help="Parquet file or folder, webdataset .tar or "
+                                          "folder of tars, or a Hugging Face save_to_disk "
+                                          "folder.",
                                           show_default=False)],
     decode: Annotated[bool, typer.Option(
         help="Decode every image to find unreadable ones (--no-decode reads metadata only).")]
@@ -45,6 +47,12 @@ def inspect(
     used = ", ".join(f"{role}={name}" for role, name in s.columns.items() if name)
     out.print(f"[bold]{s.input}[/bold]: {s.n_pairs:,} pairs, {s.n_images:,} images, "
               f"{s.n_unique_captions:,} distinct captions ({used})")
+    if s.n_shards > 1 or s.shard_kind != "parquet":
+        out.print(f"  read from {s.n_shards:,} {s.shard_kind} shard"
+                  f"{'s' if s.n_shards != 1 else ''}")
+    if s.vector_columns:
+        out.print(f"  vector columns: {', '.join(s.vector_columns)} "
+                  "(--image-emb-col / --text-emb-col)")
     if s.cjk_captions:
         share = pct(s.cjk_captions, s.n_pairs)
         out.print(f"  {s.cjk_captions:,} captions hold Chinese text ({share})")

@@ -10,14 +10,21 @@ from collections.abc import Iterator
 from ncclean.progress import Progress, no_progress
 
 
+def one_line(message: object) -> str:
+    """``message`` on one line: line breaks (and the spaces around them) become one space;
+    spaces inside, as in a path, stay."""
+    import re
+
+    return re.sub(r"\s*[\r\n]+\s*", " ", str(message).strip())
+
 def error_line(message: str) -> None:
     """``ncclean: error: <message>`` on stderr, folded onto one line."""
-    sys.stderr.write("ncclean: error: " + " ".join(str(message).split()) + "\n")
+    sys.stderr.write("ncclean: error: " + one_line(message) + "\n")
 
 
 def warning_line(message: str) -> None:
     """``ncclean: warning: <message>`` on stderr, one line."""
-    sys.stderr.write("ncclean: warning: " + " ".join(str(message).split()) + "\n")
+    sys.stderr.write("ncclean: warning: " + one_line(message) + "\n")
 
 
 def print_json(payload: dict) -> None:

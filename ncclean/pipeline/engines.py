@@ -13,7 +13,7 @@ smaller row groups) live in a scratch folder beside its output
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +97,10 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
         if job.shard.kind != "parquet":  # one shard, held in memory anyway
             path = scratch / "shard.parquet"
             pq.write_table(read_shard(job.shard), path)
-        source = with_row_groups_of(open_pairs(path), APPLY_ROWS, scratch)
+        source = open_pairs(path)
+        if job.shard.kind != "parquet":  # messages name the input shard, not the copy
+            source = replace(source, path=job.shard.path)
+        source = with_row_groups_of(source, APPLY_ROWS, scratch)
         wanted = _columns(columns, fit.meta["columns"])
         parts = windows(source, APPLY_ROWS)
         captions = _caption_counts(source, wanted) if len(parts) > 1 else None

@@ -152,7 +152,8 @@ def _concat(pieces: list[tuple[Path, pa.Table]]) -> pa.Table:
     another type)."""
     from ncclean.data.parquet import describe_schema
 
-    first_path, first = pieces[0][0], pieces[0][1].schema
+    pieces = [piece for piece in pieces if piece[1].num_rows] or pieces[:1]
+    first_path, first = pieces[0][0], pieces[0][1].schema  # an empty shard has no say
     for path, table in pieces:
         if not table.schema.equals(first, check_metadata=False):
             raise SchemaError(f"shard {path} has columns {describe_schema(table.schema)}, but "
@@ -250,9 +251,10 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began
         applying = time.perf_counter()
+        # a shard without pairs (a tar whose every download failed) has no output shard
         jobs = [ShardJob(shard=s, out=(out / f"{s.stem}.parquet") if to_folder else out,
                          mark=to_folder, duplicates=tuple(int(r) for r in scan.duplicates[k]))
-                for k, s in enumerate(shards)]
+                for k, s in enumerate(shards) if len(scan.keys[k])]
         for job in jobs:  # a shard of a sub-folder is written to the same sub-folder
             make_folder(job.out.parent)
         reports = run_engine(scale.engine, fit_dir, fit.hash, jobs, columns, run, device,
@@ -373,6 +375,8 @@ def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds
         "options": {"scale": as_record(scale), "run": as_record(run)},
         "estimated_noise_rate": fit.meta["noise_rate"], "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts,
+        "empty_shards": [s.stem for s in list_shards(input) if s.stem not in
+                         {r["stem"] for r in reports}],
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
         "seconds": seconds,
     }

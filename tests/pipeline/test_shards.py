@@ -24,7 +24,7 @@ def test_shards_are_listed_in_order_with_unique_stems(tmp_path):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         pq.write_table(pa.table({"a": [1]}), tmp_path / name)
     shards = list_shards(tmp_path)
-    assert [s.stem for s in shards] == ["a__x", "b__x", "c"]
+    assert [s.stem for s in shards] == ["a/x", "b/x", "c"]
     assert {s.kind for s in shards} == {"parquet"}
     with pytest.raises(EmptyInputError):
         list_shards(_empty(tmp_path))
@@ -102,7 +102,7 @@ def test_a_saved_hugging_face_dataset_scores_shard_by_shard(tmp_path):
     saved_hf_dataset(tmp_path / "hf" / "train", table)
     shards = list_shards(tmp_path / "hf")
     assert [(s.stem, s.kind) for s in shards] == [
-        ("train__data-00000-of-00002", "arrow"), ("train__data-00001-of-00002", "arrow")]
+        ("train/data-00000-of-00002", "arrow"), ("train/data-00001-of-00002", "arrow")]
     summary = score(tmp_path / "hf", tmp_path / "out", "clip", cache_dir=False,
                     columns=Columns(image_emb="img", text_emb="txt"))
     assert summary.n_pairs == 200
