@@ -378,3 +378,16 @@ def test_a_sharded_run_leaves_nothing_but_its_outputs(tmp_path, capsys):
     ours = [n for n in after - before if n.startswith("ncclean-fit-")]
     assert not ours and time.time() - started < 120
     shutil.rmtree(tmp_path / "out")
+
+
+def test_a_tar_without_pairs_among_others_is_skipped_and_recorded(tmp_path, capsys):
+    (tmp_path / "wds").mkdir()
+    _tar(tmp_path / "wds" / "00000.tar", [f"k{i}" for i in range(30)], 0)
+    with tarfile.open(tmp_path / "wds" / "00001.tar", "w"):
+        pass  # img2dataset writes one when every download of a shard failed
+    _tar(tmp_path / "wds" / "00002.tar", [f"m{i}" for i in range(30)], 2)
+    code, _, err = run(capsys, "score", tmp_path / "wds", "-o", tmp_path / "out", *CLIP)
+    assert code == 0, err
+    assert outputs(tmp_path / "out").num_rows == 60
+    record = json.loads((tmp_path / "out" / "ncclean.json").read_text())
+    assert record["empty_shards"] == ["00001"] and record["n_rows"] == 60
