@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from sklearn.metrics import roc_auc_score
 
 from ncclean.data.shards import pair_keys
-from ncclean.pipeline.fit import load_fit
+from ncclean.pipeline.fit import load_fit, sample_positions
 
 SIGNS = {"clean_prob": 1.0, "loss": -1.0, "sim": 1.0}  # column kind -> sign making clean high
 
@@ -41,7 +41,7 @@ def halves(out: str, fit: str) -> dict[str, dict[str, float]]:
     table = pa.concat_tables([pq.read_table(f) for f in sorted(glob.glob(out + "/*.parquet"))])
     loaded = load_fit(fit)
     method = loaded.meta["method"]
-    fitted = np.isin(pair_keys(table.column("id")), loaded.arrays["sample.key"])
+    fitted = sample_positions(loaded, out) >= 0  # the fit's own pairs (by id and content)
     valid = np.array(table.column("partition").to_pylist()) != "invalid"
     truth = np.array(table.column("noisy_gt").to_pylist(), dtype=bool)
     columns = {"clean_prob": SIGNS["clean_prob"]} | {

@@ -171,8 +171,7 @@ def quality_bench(args, work: Path) -> list[dict]:
     """Fit on half the pairs (``--fit-sample`` of half: the half with the smallest id hashes),
     apply to the other half; AUROC of ``clean_prob`` against ``noisy_gt`` on each half."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ncclean
-    from ncclean.data.shards import pair_keys
-    from ncclean.pipeline.fit import load_fit
+    from ncclean.pipeline.fit import load_fit, sample_positions
 
     corpus = write_corpus(work / "in", args.pairs, 2, args.dim, args.noise, args.seed,
                           spread=args.spread)
@@ -182,7 +181,7 @@ def quality_bench(args, work: Path) -> list[dict]:
         run(score_command(corpus, out, method, "--fit-sample", str(args.pairs // 2),
                           "--save-fit", str(fit), "--seed", str(args.seed)))
         table = read_partitions(out)
-        fitted = np.isin(pair_keys(table.column("id")), load_fit(fit).arrays["sample.key"])
+        fitted = sample_positions(load_fit(fit), out) >= 0
         rows.append({"bench": "quality", "method": method, "pairs": args.pairs,
                      "noise": args.noise, "spread": args.spread,
                      "calibration": load_fit(fit).meta.get("calibration"),
