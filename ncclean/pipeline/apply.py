@@ -46,7 +46,7 @@ from ncclean.data.results import (
     PairResults,
     result_columns,
 )
-from ncclean.data.shards import find_sorted, text_keys, vector_keys
+from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
 from ncclean.options import Cut
 from ncclean.pipeline.fit import FORMAT, Fit, FitError, sample_keys
 from ncclean.stages.index import over_budget, rescored
@@ -77,10 +77,7 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
                        f"but the fit was made on {fit.meta['widths'][0]} and "
                        f"{fit.meta['widths'][1]}")
     n = features.n_pairs
-    keys = sample_keys(corpus, features)
-    at, seen = find_sorted(fit.arrays["sample.key"], keys)
-    if fit.meta["format"] != FORMAT:  # an older fit holds its sample by id alone: not used
-        seen[:] = False
+    at, seen = _in_sample(fit, corpus, features)
     new = np.flatnonzero(~seen)
     old, where = np.flatnonzero(seen), at[seen]
 
@@ -121,6 +118,24 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
         np.asarray(results.pseudo_caption_score, np.float32),
         mask=(has < 0) | np.isnan(np.asarray(results.pseudo_caption_score, np.float64)))
     return Applied(columns=out, n_applied=len(new))
+
+
+def _in_sample(fit: Fit, corpus, features) -> tuple[np.ndarray, np.ndarray]:
+    """``(at, seen)``, ``(n_pairs,)`` each: which pairs are the fit's sample pairs (the same id,
+    vectors and caption: :func:`~ncclean.pipeline.fit.sample_keys`) and where. Only the pairs
+    whose id is a sample id are hashed whole (the vectors' hashes cost the most). A fit of an
+    older format, which holds its sample by id alone, is not used for this: every pair new."""
+    n = features.n_pairs
+    at, seen = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if fit.meta["format"] != FORMAT:
+        return at, seen
+    ids = corpus.ids.to_pylist()
+    maybe = np.flatnonzero(find_sorted(fit.arrays["ids.key"],
+                                       pair_keys([ids[r] for r in features.rows]))[1])
+    if len(maybe):
+        at[maybe], seen[maybe] = find_sorted(fit.arrays["sample.key"],
+                                             sample_keys(corpus, features.subset(maybe)))
+    return at, seen
 
 
 def _empty(n: int, dtype: str) -> np.ndarray:

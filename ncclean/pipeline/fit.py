@@ -152,7 +152,7 @@ def load_fit(path: str | os.PathLike, device: str = "cpu") -> Fit:
 
 _META = {"method": str, "params": dict, "seed": int, "columns": dict, "widths": list,
          "matcher": dict, "cut": dict, "columns_out": dict, "sample": dict}
-_SAMPLE = ("sample.key", "sample.clean_prob", "sample.partition", "sample.significance",
+_SAMPLE = ("sample.key", "ids.key", "sample.clean_prob", "sample.partition", "sample.significance",
            "sample.donor")
 _ARRAYS = {"clip": ("table.x", "table.y", "captions.key", "captions.count"),
            "gmm": ("table.x", "table.y", "captions.key", "captions.count", "negatives.images",

@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 
 from ncclean.data.results import CLEAN, PARTITIONS
-from ncclean.data.shards import text_keys, vector_keys
+from ncclean.data.shards import pair_keys, text_keys, vector_keys
 from ncclean.pipeline.fit import FORMAT, Fit, put_text, sample_keys, signal_table
 from ncclean.records import as_record
 
@@ -39,7 +39,8 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     ids = corpus.ids.to_pylist()
     keys = sample_keys(corpus, features)
     order = np.argsort(keys, kind="stable")
-    arrays: dict[str, np.ndarray] = {"sample.key": keys[order]}
+    arrays: dict[str, np.ndarray] = {"sample.key": keys[order],
+                                     "ids.key": np.unique(pair_keys([ids[r] for r in rows]))}
     arrays["sample.clean_prob"] = np.asarray(clean_prob, dtype=np.float64)[order]
     codes = {name: k for k, name in enumerate(PARTITIONS)}
     arrays["sample.partition"] = np.array([codes[p] for p in parts], dtype=np.uint8)[order]
