@@ -18,6 +18,7 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ncclean tests
+	$(BIN)/lint-imports
 
 test: $(STAMP) lint
 	$(BIN)/pytest -m "not slow"

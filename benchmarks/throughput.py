@@ -98,8 +98,9 @@ def image_corpus(n_images: int, seed: int = 0):
 
     from ncclean import api
     from ncclean.data.corpus import read_corpus
-    from ncclean.models.features import build_features, build_vocabulary
+    from ncclean.models.features import build_features
     from ncclean.models.matcher import MatcherConfig
+    from ncclean.models.tables import build_vocabulary
 
     with tempfile.TemporaryDirectory() as tmp:
         clean, noisy = Path(tmp) / "clean.parquet", Path(tmp) / "noisy.parquet"

@@ -25,8 +25,9 @@ from ncclean.data.corpus import read_corpus
 from ncclean.data.schema import Columns
 from ncclean.evaluate.detection import detection_metrics
 from ncclean.methods.mixture import fit_clean_posterior
-from ncclean.models.features import build_features, build_vocabulary
+from ncclean.models.features import build_features
 from ncclean.models.matcher import MatcherConfig, build_matcher
+from ncclean.models.tables import build_vocabulary
 from ncclean.train.loop import Objective, TrainConfig, train
 from ncclean.train.losses import mean_hinge, negative_mask
 from ncclean.train.scoring import embed, pair_losses

@@ -32,22 +32,25 @@ if TYPE_CHECKING:
 
 PathLike = str | os.PathLike
 
+_CONSTANTS = {"PARTITIONS": "ncclean.data.results", "INVALID": "ncclean.data.results",
+              "NOISY": "ncclean.data.results"}
 _SUMMARIES = {"SynthSummary": "ncclean.pipeline.corpus", "NoiseSummary": "ncclean.pipeline.corpus",
               "CorpusSummary": "ncclean.pipeline.corpus", "ScoreSummary": "ncclean.pipeline.score",
               "SplitSummary": "ncclean.pipeline.split", "CheckResult": "ncclean.report.gate",
               "RetrainSummary": "ncclean.evaluate.retrain"}
 
 __all__ = [
-    "CheckResult", "CorpusSummary", "Cut", "MatcherOptions", "NoiseSummary", "RetrainSummary",
-    "RunOptions", "ScoreSummary", "SplitSummary", "StageOptions", "SynthSummary", "check",
-    "embed", "inject_noise", "inspect", "retrain", "score", "split", "synth",
+    "CheckResult", "Columns", "CorpusSummary", "Cut", "MatcherOptions", "NoiseSummary",
+    "RetrainSummary", "RunOptions", "ScoreSummary", "SplitSummary", "StageOptions",
+    "SynthSummary", "check", "embed", "inject_noise", "inspect", "methods", "retrain", "score",
+    "split", "synth",
 ]
 
 
 def __getattr__(name: str) -> Any:
     """The summary classes, imported when first asked for (importing this module stays light)."""
-    if name in _SUMMARIES:
-        return getattr(importlib.import_module(_SUMMARIES[name]), name)
+    if name in _SUMMARIES or name in _CONSTANTS:
+        return getattr(importlib.import_module({**_SUMMARIES, **_CONSTANTS}[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -143,8 +146,9 @@ def score(
 
     groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
                            keywords)
+    from ncclean.pipeline.route import resolve_scale, wants_shards
     from ncclean.pipeline.score import default_output
-    from ncclean.pipeline.sharded import resolve_scale, score_sharded, wants_shards
+    from ncclean.pipeline.sharded import score_sharded
 
     run = groups["run"]
     check_write(input, columns, run.write)  # a scores-only output needs an id, asked first
@@ -306,3 +310,91 @@ def retrain(
         seed=seed, image_encoder=image_encoder, text_encoder=text_encoder, matcher=matcher,
         device=resolve_device(device), cache_dir=cache_dir, progress=progress,
         test_columns=test_columns)
+
+
+# ---------------------------------------------------------------- what the command line needs
+# The command line reaches the library only through this module (``make lint`` checks it).
+
+
+def methods(name: str | None = None) -> list[dict]:
+    """Every method (built in and from plugins) in name order, or only ``name``
+    (:class:`~ncclean.errors.UnknownMethodError` when there is none): ``name``, ``summary``,
+    ``error`` (why it cannot be loaded, else ``None``), ``params`` (``name``, ``default``,
+    ``rule``, ``allowed``, ``help`` each) and ``departures`` (from its paper)."""
+    from ncclean.errors import UnknownMethodError
+    from ncclean.methods.base import available_methods, get_method, param_specs
+
+    described = []
+    for method in [name] if name is not None else list(available_methods()):
+        try:
+            cls = get_method(method)
+        except UnknownMethodError as error:
+            if name is not None:
+                raise
+            described.append({"name": method, "summary": "", "error": str(error),
+                              "params": [], "departures": []})
+            continue
+        params = [{"name": spec.name, "default": spec.default, "rule": spec.rule,
+                   "allowed": spec.allowed(), "help": spec.help}
+                  for spec in param_specs(cls).values()]
+        described.append({"name": method, "summary": getattr(cls, "summary", ""), "error": None,
+                          "params": params, "departures": list(getattr(cls, "departures", ()))})
+    return described
+
+
+def method_names() -> list[str]:
+    """The names ``--method`` takes besides ``auto`` (loading no method)."""
+    from ncclean.methods.base import available_methods
+
+    return [n for n, target in available_methods().items() if not target.startswith("clash")]
+
+
+def resume_warning(input: PathLike, output: PathLike | None, run: RunOptions,
+                   scale: ScaleOptions | None) -> str | None:
+    """What ``score`` warns before any work when ``--resume`` has nothing to resume from
+    (:func:`ncclean.pipeline.score.resume_warning`)."""
+    from ncclean.pipeline.score import resume_warning as warning
+
+    return warning(run, input, output, scale)
+
+
+def remember_scored(output: PathLike) -> None:
+    """Note ``output`` as the last file ``score`` wrote from this folder (best effort)."""
+    from ncclean.pipeline.last import remember_scored as remember
+
+    remember(output)
+
+
+def scored_input(given: PathLike | None, command: str):
+    """``(path, note)``: ``given``, or the last file ``score`` wrote from this folder with a
+    note saying so (:mod:`ncclean.pipeline.last`)."""
+    from ncclean.pipeline.last import scored_input as last
+
+    return last(given, command)
+
+
+def finish_run(succeeded: bool):
+    """End a run: keep the folders it created (``succeeded``) or remove the empty ones; returns
+    ``(kept, planned)``: the outputs it completed and how many it planned (an interrupted
+    sharded run keeps its complete shards)."""
+    from ncclean.data.atomic import (
+        forget_created_folders,
+        forget_outputs,
+        kept_outputs,
+        remove_created_folders,
+    )
+
+    if succeeded:
+        forget_created_folders()
+    else:
+        remove_created_folders()
+    kept = kept_outputs()
+    forget_outputs()
+    return kept
+
+
+def is_write_error(error: BaseException) -> bool:
+    """Whether ``error`` is a full disk or a permission problem, the user's to fix."""
+    from ncclean.data.atomic import is_write_error as write_error
+
+    return write_error(error)

@@ -82,7 +82,7 @@ class Cut:
     widen the thresholds' partitions by what the scores expect: ``noisy`` is at least the lowest
     pairs that hold ``noisy_recall`` of the expected noisy pairs (the sum of ``1 - clean_prob``),
     ``noisy`` and ``vague`` together at least those holding ``review_recall``
-    (:func:`ncclean.stages.partition.recall_threshold`); :meth:`with_recall` fills in
+    (:func:`ncclean.data.results.recall_threshold`); :meth:`with_recall` fills in
     ``recall_noisy_below`` and ``recall_clean_above`` from a run's scores, and
     :meth:`thresholds` gives the thresholds in force. ``rare_clean_above``: a lower clean
     threshold for pairs whose caption occurs at most ``rare_count`` times among the valid pairs;
@@ -187,7 +187,7 @@ class Cut:
         any earlier resolution, so a rescaled sample can be resolved again."""
         if self.noise_rate is not None or (self.noisy_recall, self.review_recall) == (None, None):
             return self
-        from ncclean.stages.partition import recall_threshold
+        from ncclean.data.results import recall_threshold
 
         def reach(recall: float | None) -> float | None:
             return None if recall is None else recall_threshold(clean_prob, recall)
@@ -379,3 +379,7 @@ class ScaleOptions:
         one pass)."""
         return replace(self, fit_sample="auto") != ScaleOptions() or \
             self.sample_size is not None
+
+
+AUTO_METHOD = "auto"
+"""The method name that lets the corpus choose (``--method auto``, the default)."""

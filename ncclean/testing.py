@@ -52,8 +52,9 @@ def tiny_features(n_images: int = 24, captions_per_image: int = 3, noise: float 
     token captions, 64-d embeddings), with the ground truth ``(features, config, noisy_gt)``."""
     from ncclean import api
     from ncclean.data.corpus import read_corpus
-    from ncclean.models.features import build_features, build_vocabulary
+    from ncclean.models.features import build_features
     from ncclean.models.matcher import MatcherConfig
+    from ncclean.models.tables import build_vocabulary
 
     with tempfile.TemporaryDirectory() as tmp:
         clean, noisy = Path(tmp) / "clean.parquet", Path(tmp) / "noisy.parquet"

@@ -15,11 +15,13 @@ import os
 import signal
 import sys
 
-EXIT_OK, EXIT_FAILED_GATE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-EXIT_CODES = ("Exit codes: 0 success; 1 a check that failed (check's FAIL only); 2 bad input or "
-              "usage, a full disk or no permission; 3 an internal error (a bug; please report "
-              "it); 130/143 interrupted (SIGINT/SIGTERM).")
-"""The contract, as the help texts say it."""
+from ncclean.cli.exits import (  # noqa: F401 (the contract, re-exported)
+    EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_FAILED_GATE,
+    EXIT_INTERNAL,
+    EXIT_OK,
+)
 
 
 class Terminated(KeyboardInterrupt):
@@ -57,21 +59,15 @@ def _run(words: list[str]) -> int:
 
     from ncclean.cli.app import app, state
     from ncclean.cli.render import error_line
-    from ncclean.data.atomic import (
-        forget_created_folders,
-        forget_outputs,
-        is_write_error,
-        remove_created_folders,
-    )
     from ncclean.errors import NcCleanError
 
     state.debug = "--debug" in words[:1]
-    forget_outputs()
+    _finish_run(succeeded=True)  # an earlier run in this process planned nothing for this one
     try:
         result = app(args=words, prog_name="ncclean", standalone_mode=False)
         if _SIGNALLED or result == 130:  # typer turns an interrupt into a return value of 130
             raise KeyboardInterrupt
-        forget_created_folders()
+        _finish_run(succeeded=True)
         return result if isinstance(result, int) else EXIT_OK
     except typer.Exit as done:
         return done.exit_code
@@ -80,30 +76,40 @@ def _run(words: list[str]) -> int:
         return EXIT_BAD_INPUT
     except (KeyboardInterrupt, typer.Abort):
         _traceback(state.debug)
-        remove_created_folders()
-        error_line(f"interrupted: {_command_of(words)} {_what_was_kept()}")
+        kept = _finish_run(succeeded=False)
+        error_line(f"interrupted: {_command_of(words)} {_what_was_kept(*kept)}")
         # typer swallows the interrupt's type; the handler noted which signal it was
         return 128 + signal.SIGTERM if signal.SIGTERM in _SIGNALLED else 130
     except Exception as error:
         _traceback(state.debug)  # --debug adds the traceback; the line and the code stay
-        remove_created_folders()
+        _finish_run(succeeded=False)
         if isinstance(error, NcCleanError):
             error_line(str(error))
             return EXIT_BAD_INPUT
-        if is_write_error(error):  # a full disk or a permission problem: the user's to fix
+        if _is_write_error(error):  # a full disk or a permission problem: the user's to fix
             error_line(f"cannot write: {error}")
             return EXIT_BAD_INPUT
         return _internal(error, error_line)  # a bug: one line, the traceback under --debug
     finally:
-        forget_outputs()
+        _finish_run(succeeded=True)  # nothing of this run's plan outlives it
 
 
-def _what_was_kept() -> str:
+def _finish_run(succeeded: bool) -> tuple[list, int]:
+    """End the run through :func:`ncclean.api.finish_run`: ``(kept, planned)``. A command that
+    never loaded the library (``--help``, ``--version``) made nothing to end, and stays light."""
+    api = sys.modules.get("ncclean.api")
+    return api.finish_run(succeeded) if api is not None else ([], 0)
+
+
+def _is_write_error(error: BaseException) -> bool:
+    from ncclean import api
+
+    return api.is_write_error(error)
+
+
+def _what_was_kept(kept: list, planned: int) -> str:
     """How an interrupt's line ends: what it wrote, which is nothing unless a sharded run
     had completed shards (kept on purpose, so that the same command finishes the rest)."""
-    from ncclean.data.atomic import kept_outputs
-
-    kept, planned = kept_outputs()
     if not kept:
         return "wrote nothing; partial files removed"
     folders = sorted({str(path.parent) for path in kept})

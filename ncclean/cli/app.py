@@ -13,7 +13,6 @@ import typer
 
 from ncclean import __version__
 from ncclean.cli import (
-    EXIT_CODES,
     check,
     embed,
     inspect,
@@ -24,6 +23,7 @@ from ncclean.cli import (
     split,
     synth,
 )
+from ncclean.cli.exits import EXIT_CODES
 from ncclean.cli.options import METHOD_METAVAR
 
 
@@ -34,10 +34,9 @@ def _display_type(self, ctx) -> str | None:
     if getattr(self, "is_flag", False):
         return None
     if self.metavar == METHOD_METAVAR:
-        from ncclean.methods.base import available_methods
+        from ncclean.api import method_names
 
-        names = [n for n, target in available_methods().items() if not target.startswith("clash")]
-        return "<" + "|".join(["auto", *names]) + ">"
+        return "<" + "|".join(["auto", *method_names()]) + ">"
     return _typer_display_type(self, ctx)
 
 

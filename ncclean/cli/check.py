@@ -33,7 +33,7 @@ def check(
     verdict; bad input is exit 2. With no bound given, the noisy share of valid pairs must be at
     most 0.5."""
     from ncclean import api
-    from ncclean.cli.last import scored_input
+    from ncclean.cli.options import scored_input
     from ncclean.cli.render import print_json
 
     input = scored_input(input, "check", quiet=json_)

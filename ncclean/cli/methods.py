@@ -7,43 +7,48 @@ from typing import Annotated
 
 import typer
 
+from ncclean.cli import options
+
 
 def methods(
     name: Annotated[str | None, typer.Argument(help="Show this method's parameters.",
                                                show_default=False)] = None,
+    json_: options.Json = False,
 ) -> None:
     """List the methods (built in and from plugins), one line each; with NAME, each parameter
     with its default, allowed values and meaning, then where the method departs from its
     paper."""
     from rich.markup import escape
 
-    from ncclean.cli.render import console
-    from ncclean.methods.base import available_methods, get_method, param_specs
+    from ncclean import api
+    from ncclean.cli.render import console, print_json
 
+    described = api.methods(name)
+    if json_:
+        print_json(described)
+        return
     out = console()
     if name is None:
-        for method_name, target in available_methods().items():
-            if target.startswith("clash"):
-                out.print(f"  {method_name:<8} [red]{escape(target)}[/red]")
+        for method in described:
+            if method["error"]:
+                out.print(f"  {method['name']:<8} [red]{escape(method['error'])}[/red]")
                 continue
-            summary = getattr(get_method(method_name), "summary", "")
-            out.print(f"  {method_name:<8} {escape(summary)}")
+            out.print(f"  {method['name']:<8} {escape(method['summary'])}")
         return
-    cls = get_method(name)
-    out.print(f"[bold]{name}[/bold]: {escape(cls.summary)}")
+    method = described[0]
+    out.print(f"[bold]{name}[/bold]: {escape(method['summary'])}")
     out.print("parameters (-p NAME=VALUE):")
-    for spec in param_specs(cls).values():
-        if spec.default is None:
-            default = f"auto ({spec.rule})" if spec.rule else "auto"
+    for spec in method["params"]:
+        if spec["default"] is None:
+            default = f"auto ({spec['rule']})" if spec["rule"] else "auto"
         else:
-            default = str(spec.default).lower() if isinstance(spec.default, bool) \
-                else str(spec.default)
-        out.print(f"  {escape(spec.name)} = {escape(default)}    "
-                  f"[dim]allowed: {escape(spec.allowed())}[/dim]")
-        if spec.help:
-            out.print(f"      {escape(spec.help)}")
-    departures = getattr(cls, "departures", ())
-    if departures:
+            default = str(spec["default"]).lower() if isinstance(spec["default"], bool) \
+                else str(spec["default"])
+        out.print(f"  {escape(spec['name'])} = {escape(default)}    "
+                  f"[dim]allowed: {escape(spec['allowed'])}[/dim]")
+        if spec["help"]:
+            out.print(f"      {escape(spec['help'])}")
+    if method["departures"]:
         out.print("departures from the paper:")
-        for sentence in departures:
+        for sentence in method["departures"]:
             out.print(f"  - {escape(sentence)}")

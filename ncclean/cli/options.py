@@ -52,7 +52,7 @@ def columns(caption_col: str, image_col: str, id_col: str | None, image_id_col: 
             image_emb_col: str | None, text_emb_col: str | None,
             allow_absolute_paths: bool = False):
     """The :class:`ncclean.data.schema.Columns` these options ask for."""
-    from ncclean.data.schema import Columns
+    from ncclean.api import Columns
 
     return Columns(caption=caption_col, image=image_col, id=id_col, image_id=image_id_col,
                    image_emb=image_emb_col, text_emb=text_emb_col,
@@ -67,3 +67,16 @@ def given(ctx, names: tuple[str, ...]) -> frozenset[str]:
         return found.name if found is not None else ""
 
     return frozenset(n for n in names if source(n) in ("COMMANDLINE", "ENVIRONMENT"))
+
+
+def scored_input(given, command: str, quiet: bool = False):
+    """``given``, or else the last file ``score`` wrote from this folder, saying so on stdout
+    (on stderr when ``quiet``: the command prints JSON)."""
+    import sys
+
+    from ncclean import api
+
+    path, note = api.scored_input(given, command)
+    if note:
+        print(note, file=sys.stderr if quiet else sys.stdout)
+    return path

@@ -79,7 +79,7 @@ def pct(part: int, whole: int) -> str:
 
 def render_score(out, summary) -> None:
     """The run summary of ``ncclean score``: rows, partitions, noise estimate, time."""
-    from ncclean.data.results import INVALID, NOISY
+    from ncclean.api import INVALID, NOISY
 
     counts = summary.partition_counts
     seconds = summary.seconds

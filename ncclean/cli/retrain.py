@@ -81,7 +81,7 @@ def retrain(
     """Prove the cleaning helped: Recall@K of a matcher retrained on the kept pairs, beside the
     raw corpus and the oracle with --baseline."""
     from ncclean import api
-    from ncclean.cli.last import scored_input
+    from ncclean.cli.options import scored_input
     from ncclean.cli.render import console, print_json, progress_bars, render_retrain
 
     input = scored_input(input, "retrain", quiet=json_)

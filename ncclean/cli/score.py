@@ -166,7 +166,6 @@ def score(
     method's columns (plus OUTPUT.json); later split, retrain and check without an input read
     this file."""
     from ncclean import api
-    from ncclean.cli.last import remember_scored
     from ncclean.cli.render import console, print_json, progress_bars, render_score, warning_line
     from ncclean.errors import BadOptionError
     from ncclean.options import (
@@ -178,7 +177,6 @@ def score(
         StageOptions,
         preset_cut,
     )
-    from ncclean.pipeline.score import resume_warning
 
     if noise_rate is not None and (clean_above is not None or noisy_below is not None):
         given = "--clean-above" if clean_above is not None else "--noisy-below"
@@ -241,14 +239,14 @@ def score(
     scale = ScaleOptions(fit_sample=int(fit_sample) if fit_sample.strip().isdigit() else fit_sample,
                          save_fit=save_fit, fit=fit, engine=engine,
                          ray_address=ray_address)
-    early = resume_warning(run, input, output, scale)
+    early = api.resume_warning(input, output, run, scale)
     if early:
         warning_line(early)
     with progress_bars(not json_) as progress:
         summary = api.score(input, output, method, params, columns=columns, matcher=matcher,
                             cut=cut, stages=stages, run=run, scale=scale, progress=progress,
                             given=options.given(ctx, FIXED_BY_FIT))
-    remember_scored(summary.output)
+    api.remember_scored(summary.output)
     if json_:
         print_json(summary.as_dict())
         return

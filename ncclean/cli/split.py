@@ -32,7 +32,7 @@ def split(
     """Split a scored corpus into one Parquet file per partition; row counts are checked to add
     up to the input."""
     from ncclean import api
-    from ncclean.cli.last import scored_input
+    from ncclean.cli.options import scored_input
     from ncclean.cli.render import print_json, render_split
 
     input = scored_input(input, "split", quiet=json_)

@@ -226,3 +226,23 @@ def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResult
         copy.unlink(missing_ok=True)
         raise
     return out
+
+
+def recall_threshold(clean_prob: np.ndarray, recall: float) -> float:
+    """The lowest threshold ``t`` such that the pairs with ``clean_prob < t`` hold at least
+    ``recall`` of the expected noisy pairs, ``sum(1 - clean_prob)`` over the finite
+    ``clean_prob`` (``(n,)``); 0.0 when the scores expect no noise. Equal scores fall on the
+    same side."""
+    values = np.asarray(clean_prob, dtype=np.float64)
+    values = np.sort(as_written(np.clip(values[np.isfinite(values)], 0.0, 1.0)))
+    expected = np.cumsum(1.0 - values.astype(np.float64))
+    if len(values) == 0 or expected[-1] <= 0.0:
+        return 0.0
+    last = int(np.searchsorted(expected, recall * expected[-1], side="left"))
+    return float(np.nextafter(values[min(last, len(values) - 1)], np.float32(np.inf)))
+
+
+def as_written(clean_prob: np.ndarray) -> np.ndarray:
+    """``clean_prob`` at the precision the output holds it (float32), so that a pair's
+    partition agrees with the value a reader compares to the recorded thresholds."""
+    return np.asarray(clean_prob).astype(np.float32)

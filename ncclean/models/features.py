@@ -17,10 +17,19 @@ import torch
 
 from ncclean.data.corpus import Corpus
 from ncclean.data.images import DEFAULT_MAX_PIXELS
-from ncclean.data.text import Vocabulary, tokenize
 from ncclean.models.matcher import MatcherConfig
+from ncclean.models.tables import first_rows
 from ncclean.progress import Progress, no_progress
-from ncclean.train.losses import negative_mask
+
+
+def negative_mask(image_group: torch.Tensor, text_group: torch.Tensor) -> torch.Tensor:
+    """``(B, B) bool``: pair ``j`` is a valid negative for pair ``i`` when it shows another image
+    and its caption text differs. Another caption of the same picture, or a second "gramastar",
+    is not a mismatch and must not be pushed away (measured: +0.02-0.03 AUROC on clip art).
+    The mask is symmetric and false on the diagonal."""
+    other_image = image_group[:, None] != image_group[None, :]
+    other_text = text_group[:, None] != text_group[None, :]
+    return other_image & other_text
 
 
 @dataclass
@@ -35,7 +44,7 @@ class Batch:
 
     @cached_property
     def negatives(self) -> torch.Tensor:
-        """``(B, B) bool``: the valid-negative mask (:func:`ncclean.train.losses.negative_mask`),
+        """``(B, B) bool``: the valid-negative mask (:func:`negative_mask`),
         made once for the losses and predictions that read it in a step."""
         return negative_mask(self.image_group, self.text_group)
 
@@ -91,37 +100,6 @@ class Features:
             image_group=torch.as_tensor(self.image_group[pairs], device=device),
             text_group=torch.as_tensor(self.text_group[pairs], device=device),
         )
-
-
-def build_vocabulary(captions: list[str], min_freq: int = 2) -> Vocabulary:
-    """The tokeniser's vocabulary of ``captions``: words seen at least ``min_freq`` times, so that
-    ``<unk>`` is learned from the rare ones."""
-    return Vocabulary.build((tokenize(c) for c in captions), min_freq=min_freq)
-
-
-def first_rows(groups: np.ndarray) -> np.ndarray:
-    """The first row of every group, in group order."""
-    return np.unique(groups, return_index=True)[1]
-
-
-def rows_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``table[rows]``, without a copy when ``rows`` is every row in order (every pair its own
-    image or caption: the usual case for large embedding corpora)."""
-    if len(rows) == len(table) and (len(rows) == 0 or rows[-1] == len(rows) - 1):
-        return table  # first-appearance rows are increasing, so this is arange(len(table))
-    return table[rows]
-
-
-def encode_tokens(texts: list[str], vocab: Vocabulary, max_tokens: int) \
-        -> tuple[np.ndarray, np.ndarray]:
-    """``(n, max_tokens) int64`` padded ids and ``(n,) int64`` lengths (truncated)."""
-    ids = np.zeros((len(texts), max_tokens), dtype=np.int64)
-    lengths = np.zeros(len(texts), dtype=np.int64)
-    for i, text in enumerate(texts):
-        encoded = vocab.encode(tokenize(text))[:max_tokens]
-        ids[i, : len(encoded)] = encoded
-        lengths[i] = len(encoded)
-    return ids, lengths
 
 
 def complete_config(config: MatcherConfig, corpus: Corpus) -> MatcherConfig:

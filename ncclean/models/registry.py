@@ -156,7 +156,7 @@ class ColumnImage(ImageTower):
             self.set_in_dim(corpus.image_emb.shape[1])
 
     def table(self, corpus, **_) -> np.ndarray:
-        from ncclean.models.features import first_rows, rows_of
+        from ncclean.models.tables import first_rows, rows_of
 
         return rows_of(corpus.image_emb, first_rows(corpus.image_group))
 
@@ -237,7 +237,7 @@ class TokensTower(TextTower):
     needs = frozenset({"vocab"})
 
     def complete(self, corpus) -> None:
-        from ncclean.models.features import build_vocabulary
+        from ncclean.models.tables import build_vocabulary
 
         if self.config.vocab is None:
             valid = corpus.valid
@@ -246,7 +246,7 @@ class TokensTower(TextTower):
 
     def table(self, corpus, rows, **_):
         from ncclean.data.text import Vocabulary
-        from ncclean.models.features import encode_tokens
+        from ncclean.models.tables import encode_tokens
 
         return encode_tokens(_texts(corpus, rows), Vocabulary(self.config.vocab or []),
                              self.config.max_tokens)
@@ -298,7 +298,7 @@ class ColumnText(TextTower):
             self.set_in_dim(corpus.text_emb.shape[1])
 
     def table(self, corpus, rows, **_):
-        from ncclean.models.features import rows_of
+        from ncclean.models.tables import rows_of
 
         return rows_of(corpus.text_emb, rows), None
 

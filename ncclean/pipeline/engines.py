@@ -5,190 +5,21 @@ atomic writes and completion marks are the same with either engine).
 
 A shard whose output is complete (:func:`ncclean.data.shards.output_complete`) is skipped, so a
 rerun after an interruption writes only the rest; every shard is written by one call, so two
-engines given one fit write the same bytes. A shard's working files (a decoded tar, a copy in
-smaller row groups) live in a scratch folder beside its output
-(:func:`ncclean.data.atomic.scratch_folder`), and the outputs complete so far are noted
+engines given one fit write the same bytes. The work on one shard is
+:mod:`ncclean.pipeline.shard`'s; the outputs a run plans are noted
 (:func:`ncclean.data.atomic.plan_outputs`) so that an interrupted run can say what it kept.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from ncclean.data.atomic import (
-    make_folder,
-    mark_complete,
-    plan_outputs,
-    remove_stale_temps,
-    scratch_folder,
-)
+from ncclean.data.atomic import plan_outputs
 from ncclean.data.schema import Columns
-from ncclean.data.shards import (
-    N_ROWS_KEY,
-    InputShard,
-    completion_metadata,
-    output_complete,
-    read_shard,
-)
 from ncclean.errors import BadOptionError
 from ncclean.options import RunOptions
+from ncclean.pipeline.shard import ShardJob, apply_shard
 from ncclean.progress import Progress, no_progress
-
-
-@dataclass(frozen=True)
-class ShardJob:
-    """One input shard and its output file; ``mark``: record the fit's hash and the row count
-    in the output's metadata (a sharded run's completion mark); ``duplicates``: the shard's rows
-    (sorted) whose id appeared earlier in the corpus, written ``invalid`` as one pass writes a
-    repeated id."""
-
-    shard: InputShard
-    out: Path
-    mark: bool = True
-    duplicates: tuple[int, ...] = ()
-
-
-def shard_rows(shard: InputShard) -> int:
-    """The shard's row count (a tar's samples are counted by reading it)."""
-    if shard.kind == "parquet":
-        return pq.ParquetFile(shard.path).metadata.num_rows
-    return read_shard(shard).num_rows
-
-
-APPLY_ROWS = 65_536
-"""Rows per part of a large Parquet shard: it is read, scored and written part by part (whole
-row groups; a shard with row groups over twice this is first copied in smaller row groups),
-so a worker holds one part, whatever the shard's size."""
-
-
-def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: str) -> dict:
-    """Score ``job.shard`` with ``fit`` and write ``job.out`` (skipped when already complete,
-    and written in ``run.write``'s form: a shard written in the other is redone); a report:
-    stem, rows, partition counts, pseudo-captions, whether it was skipped."""
-    from ncclean.data.parquet import (
-        open_pairs,
-        sidecar_path,
-        windows,
-        with_row_groups_of,
-        write_json,
-        write_pair_parts,
-    )
-    from ncclean.data.results import PARTITIONS, partition_counts, scores_only
-    from ncclean.data.schema import resolve_columns
-
-    report = {"stem": job.shard.stem, "output": str(job.out)}
-    n_rows = shard_rows(job.shard)
-    if job.mark and output_complete(job.out, fit.hash, n_rows, run.write):
-        mark_complete(job.out)
-        done = pq.read_table(job.out, columns=["partition", "pseudo_caption"])
-        return report | {"n_rows": n_rows, "skipped": True,
-                         "partition_counts": partition_counts(done.column(0).combine_chunks()),
-                         "n_pseudo_captions": n_rows - done.column(1).null_count}
-    remove_stale_temps(job.out)  # a killed run's; another live run's are its own
-    totals = {"n_rows": 0, "n_applied": 0, "n_pseudo_captions": 0,
-              "partition_counts": dict.fromkeys(PARTITIONS, 0)}
-    with scratch_folder(make_folder(job.out.parent)) as scratch:
-        path = job.shard.path
-        if job.shard.kind != "parquet":  # one shard, held in memory anyway
-            path = scratch / "shard.parquet"
-            pq.write_table(read_shard(job.shard), path)
-        source = open_pairs(path)
-        if job.shard.kind != "parquet":  # messages name the input shard, not the copy
-            source = replace(source, path=job.shard.path)
-        source = with_row_groups_of(source, APPLY_ROWS, scratch)
-        wanted = _columns(columns, fit.meta["columns"])
-        parts = windows(source, APPLY_ROWS)
-        captions = _caption_counts(source, wanted) if len(parts) > 1 else None
-        starts = np.cumsum([0] + [part.n_rows for part in parts])
-        scored = (_apply_part(fit, part, wanted, captions, job, run, device, totals, start)
-                  for part, start in zip(parts, starts))
-        marks = completion_metadata(fit.hash, n_rows) if job.mark else {}
-        write_pair_parts(source, job.out, scored, **scores_only(
-            resolve_columns(wanted, source.schema).id, run.write, marks))
-    pa.default_memory_pool().release_unused()  # else the next shard starts above this one's peak
-    report |= totals
-    if not job.mark:  # a single output file gets its own sidecar, as one pass writes
-        write_json(sidecar_path(job.out), {"fit": fit.hash, "n_rows": totals["n_rows"],
-                                           "partition_counts": totals["partition_counts"]})
-    else:
-        mark_complete(job.out)
-    return report | {"skipped": False}
-
-
-def found_complete(job: ShardJob, fit_hash: str, write: str) -> bool:
-    """Whether ``job.out`` is a complete output of the fit ``fit_hash``, judged from the file
-    alone (the row count its completion mark records; the input shard is not read)."""
-    if not job.mark or not job.out.exists():
-        return False
-    try:
-        recorded = (pq.read_schema(job.out).metadata or {}).get(N_ROWS_KEY, b"")
-    except (pa.ArrowInvalid, OSError):
-        return False
-    return recorded.isdigit() and output_complete(job.out, fit_hash, int(recorded), write)
-
-
-def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOptions,
-                device: str, totals: dict, first_row: int = 0):
-    """``(part, updates)``: one part of a shard (from its row ``first_row``) scored with
-    ``fit``; adds to ``totals``."""
-    from ncclean.data.corpus import mark_repeated_ids, read_corpus
-    from ncclean.data.results import partition_counts
-    from ncclean.models.features import build_features
-    from ncclean.models.matcher import MatcherConfig
-    from ncclean.pipeline.apply import apply_to_corpus
-
-    corpus = read_corpus(part, columns, strict=run.strict, image_size=None, cache_dir=None)
-    if job.duplicates:
-        rows = np.asarray(job.duplicates, dtype=np.int64) - first_row
-        mark_repeated_ids(corpus, rows[(rows >= 0) & (rows < corpus.n_pairs)], run.strict)
-    features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
-                              cache_dir=None, device=device)
-    applied = apply_to_corpus(fit, corpus, features, device, shard_captions=captions)
-    updates = applied.columns
-    if job.shard.kind == "webdataset" and run.write == "all":  # images referenced, not copied
-        from ncclean.data.webdataset import IMAGE_BYTES
-
-        updates = updates | {IMAGE_BYTES: _nulls(corpus.n_pairs)}
-    for name, count in partition_counts(updates["partition"]).items():
-        totals["partition_counts"][name] = totals["partition_counts"].get(name, 0) + count
-    totals["n_rows"] += corpus.n_pairs
-    totals["n_applied"] += applied.n_applied
-    totals["n_pseudo_captions"] += corpus.n_pairs - updates["pseudo_caption"].null_count
-    return part, updates
-
-
-def _caption_counts(source, columns: Columns):
-    """The sorted caption keys of every row of ``source`` and their counts (one pass over the
-    caption column)."""
-    import numpy as np
-
-    from ncclean.data.schema import resolve_columns
-    from ncclean.data.shards import text_keys
-
-    name = resolve_columns(columns, source.schema).caption
-    keys = [text_keys(["" if t is None else t for t in batch.column(0).to_pylist()])
-            for _, _, batch in source.iter_batches([name])]
-    return np.unique(np.concatenate(keys), return_counts=True)
-
-
-def _nulls(n: int):
-    import pyarrow as pa
-
-    return pa.nulls(n, pa.binary())
-
-
-def _columns(columns: Columns, fitted: dict) -> Columns:
-    """The columns to read: the fit's embedding columns (the corpus must have the same ones)."""
-    from dataclasses import replace
-
-    return replace(columns, image_emb=fitted["image_emb"], text_emb=fitted["text_emb"],
-                   caption=columns.caption if columns.caption != "caption"
-                   else fitted["caption"], id=columns.id or fitted["id"])
 
 
 def run_local(fit_dir: Path, fit_hash: str, jobs: list[ShardJob], columns: Columns,

@@ -68,8 +68,7 @@ def check_fit_options(meta: dict, fit_path: PathLike, method: str, params: dict 
     the cut, the stages) was given with a value other than the fit's. An option counts as given
     when it differs from its default or is named in ``given`` (the command line's explicit
     options, so that ``--seed 0`` against a fit of seed 3 is refused too)."""
-    from ncclean.options import DEFAULT_CUT, RunOptions, StageOptions
-    from ncclean.pipeline.score import AUTO_METHOD
+    from ncclean.options import AUTO_METHOD, DEFAULT_CUT, RunOptions, StageOptions
 
     def refuse(option: str, value, fitted) -> None:
         raise FitError(f"{option} {value} differs from the fit's {fitted} (--fit {fit_path} "

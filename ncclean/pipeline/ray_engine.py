@@ -36,7 +36,7 @@ class ShardApplier:
 
     def __call__(self, batch: dict) -> dict:
         from ncclean.data.shards import InputShard
-        from ncclean.pipeline.engines import ShardJob, apply_shard
+        from ncclean.pipeline.shard import ShardJob, apply_shard
 
         reports = []
         for path, stem, kind, out, mark, repeated in zip(
@@ -100,7 +100,7 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
         return reports
     except BaseException as error:
         from ncclean.data.atomic import mark_complete
-        from ncclean.pipeline.engines import found_complete
+        from ncclean.pipeline.shard import found_complete
 
         for job in jobs:  # the workers' notes are in their processes: look at the files
             if found_complete(job, fit_hash, run.write):

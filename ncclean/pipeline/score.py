@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclean.data.schema import Columns
-from ncclean.options import Cut, MatcherOptions, RunOptions, StageOptions, options_record
+from ncclean.options import (
+    AUTO_METHOD,
+    Cut,
+    MatcherOptions,
+    RunOptions,
+    StageOptions,
+    options_record,
+)
 from ncclean.progress import Progress, no_progress
 from ncclean.records import Summary
 
@@ -90,7 +97,7 @@ def _resumes_by_shards(input: PathLike | None, output: PathLike | None, scale) -
     """Whether the run writes a folder of shards (:mod:`ncclean.pipeline.sharded`)."""
     if input is None or output is None:
         return False
-    from ncclean.pipeline.sharded import wants_shards
+    from ncclean.pipeline.route import wants_shards
 
     out = Path(output)
     return wants_shards(input, out, scale) and (out.is_dir() or out.suffix != ".parquet")
@@ -148,7 +155,6 @@ def decoded_size(config) -> int | None:
 
 
 #: The default method name: resolved per run by :func:`auto_method`.
-AUTO_METHOD = "auto"
 
 
 def auto_method(config, initial) -> str:

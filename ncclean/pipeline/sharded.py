@@ -36,25 +36,12 @@ from ncclean.data.shards import (
     read_shard,
     smallest_keys,
 )
-from ncclean.errors import BadOptionError, EmptyInputError, NcCleanError, SchemaError
+from ncclean.errors import BadOptionError, EmptyInputError, SchemaError
 from ncclean.options import Cut, MatcherOptions, RunOptions, ScaleOptions, StageOptions
 from ncclean.progress import Progress, no_progress
 
 PathLike = str | os.PathLike
 RUN_SIDECAR = FOLDER_RECORD
-
-
-def wants_shards(input: PathLike, output: PathLike, scale: ScaleOptions | None) -> bool:
-    """Whether a scoring run goes through a fit and its application: anything of ``scale``
-    asked for, an output folder (an existing one, or a name without a suffix for a folder
-    input), or webdataset tars or a saved Hugging Face dataset in."""
-    out, source = Path(output), Path(input)
-    if scale is not None and scale.asked:
-        return True
-    if out.is_dir() or (source.is_dir() and out.suffix == ""):
-        return True
-    return source.suffix == ".tar" or (source.is_dir() and (
-        any(source.glob("*.tar")) or any(source.rglob("state.json"))))
 
 
 def id_column(shard: InputShard, columns: Columns) -> str:
@@ -204,7 +191,8 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
     :func:`~ncclean.pipeline.preflight.check_fit_options`). Everything that can be checked
     before the fit is: the shards, the output and ``--save-fit`` folders, the fit's options."""
     from ncclean.data.atomic import make_folder, scratch_folder
-    from ncclean.pipeline.engines import ShardJob, run_engine
+    from ncclean.options import AUTO_METHOD
+    from ncclean.pipeline.engines import run_engine
     from ncclean.pipeline.fit import load_fit, save_fit
     from ncclean.pipeline.preflight import (
         check_fit_columns,
@@ -213,7 +201,7 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         check_save_fit,
         check_shards,
     )
-    from ncclean.pipeline.score import AUTO_METHOD
+    from ncclean.pipeline.shard import ShardJob
 
     began = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -279,41 +267,6 @@ def check_applies(input: PathLike, method: str, columns: Columns, scale: ScaleOp
         raise BadOptionError(f"{why} precomputed vectors for now (--image-emb-col and "
                              "--text-emb-col; 'ncclean embed' computes them); a single Parquet "
                              "file of images can be scored to -o FILE.parquet in one pass")
-
-
-def resolve_scale(input: PathLike, output: PathLike | None, method: str, columns: Columns,
-                  scale: ScaleOptions | None) -> ScaleOptions | None:
-    """``scale`` with ``--fit-sample auto`` resolved: :data:`~ncclean.options.AUTO_FIT_SAMPLE`
-    when the corpus is one Parquet file or a folder written to a folder (``output``), has more
-    pairs than that, an id column and both vector columns, and ``method`` has a fit (``clip``,
-    ``gmm``, ``auto``); else ``scale`` unchanged (the one pass)."""
-    from ncclean.options import AUTO_FIT_SAMPLE
-    from ncclean.pipeline.fit import APPLIES
-    from ncclean.pipeline.score import AUTO_METHOD
-
-    scale = scale or ScaleOptions()
-    if scale.fit_sample != "auto" or scale.fit is not None or output is None:
-        return scale
-    if method not in (*APPLIES, AUTO_METHOD) or not (columns.image_emb and columns.text_emb):
-        return scale
-    source = Path(input)
-    if source.suffix == ".tar" or not source.exists():
-        return scale
-    try:
-        shards = list_shards(source)
-        if any(s.kind != "parquet" for s in shards):
-            return scale
-        if len(shards) > 1 and not (Path(output).is_dir() or Path(output).suffix == ""):
-            return scale
-        n = sum(pq.ParquetFile(s.path).metadata.num_rows for s in shards)
-        names = pq.read_schema(shards[0].path).names
-    except (OSError, pa.ArrowInvalid, NcCleanError):
-        return scale  # the one pass reports what is wrong with the input
-    if n <= AUTO_FIT_SAMPLE or (columns.id or "id") not in names:
-        return scale
-    from dataclasses import replace
-
-    return replace(scale, fit_sample=AUTO_FIT_SAMPLE)
 
 
 def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, cut, stages,

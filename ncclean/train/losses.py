@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from ncclean.models.features import negative_mask
 
-def negative_mask(image_group: torch.Tensor, text_group: torch.Tensor) -> torch.Tensor:
-    """``(B, B) bool``: pair ``j`` is a valid negative for pair ``i`` when it shows another image
-    and its caption text differs. Another caption of the same picture, or a second "gramastar",
-    is not a mismatch and must not be pushed away (measured: +0.02-0.03 AUROC on clip art).
-    The mask is symmetric and false on the diagonal."""
-    other_image = image_group[:, None] != image_group[None, :]
-    other_text = text_group[:, None] != text_group[None, :]
-    return other_image & other_text
+__all__ = ["negative_mask"]  # a batch's valid negatives live with the batch (models.features)
 
 
 def _mean_weights(mask: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:

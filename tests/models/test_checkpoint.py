@@ -16,8 +16,8 @@ from ncclean.models.checkpoint import (
     load_matcher,
     save_matcher,
 )
-from ncclean.models.features import encode_tokens
 from ncclean.models.matcher import Ensemble, MatcherConfig, build_matcher
+from ncclean.models.tables import encode_tokens
 from ncclean.testing import tiny_features
 from ncclean.train.scoring import embed
 

@@ -4,8 +4,8 @@ import torch
 
 from ncclean.data.text import Vocabulary
 from ncclean.models.checkpoint import CheckpointError, load_matcher, save_matcher
-from ncclean.models.features import encode_tokens
 from ncclean.models.matcher import Ensemble, MatcherConfig, build_matcher
+from ncclean.models.tables import encode_tokens
 from ncclean.models.towers import PixelCNN, TokenGRU, VectorMLP
 
 CONFIG = MatcherConfig(embed_dim=16, image_size=32, cnn_width=8, word_dim=12,

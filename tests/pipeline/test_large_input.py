@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import ncclean.options
-import ncclean.pipeline.engines
+import ncclean.pipeline.shard
 from ncclean.api import score
 from ncclean.data.parquet import open_pairs, windows
 from ncclean.data.schema import Columns
@@ -49,9 +49,9 @@ def test_a_shard_applied_in_parts_writes_what_it_writes_whole(method, tmp_path, 
     params = {"epochs": "2", "warmup_epochs": "1"} if method == "gmm" else None
     score(tmp_path / "in.parquet", tmp_path / "whole.parquet", method, params, columns=COLUMNS,
           seed=1, cache_dir=False, scale=ScaleOptions(fit_sample=200, save_fit=tmp_path / "fit"))
-    monkeypatch.setattr(ncclean.pipeline.engines, "APPLY_ROWS", 100)
-    monkeypatch.setattr(ncclean.pipeline.engines, "_caption_counts",
-                        counting(ncclean.pipeline.engines._caption_counts))
+    monkeypatch.setattr(ncclean.pipeline.shard, "APPLY_ROWS", 100)
+    monkeypatch.setattr(ncclean.pipeline.shard, "_caption_counts",
+                        counting(ncclean.pipeline.shard._caption_counts))
     score(tmp_path / "in.parquet", tmp_path / "parts.parquet", columns=COLUMNS,
           cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))
     assert counting.calls == 1  # the shard's caption counts, read once for every part
@@ -117,10 +117,10 @@ def test_a_shard_of_one_large_row_group_is_applied_in_parts(tmp_path, monkeypatc
     pq.write_table(table, tmp_path / "in.parquet")  # one row group of 600 rows
     score(tmp_path / "in.parquet", tmp_path / "whole.parquet", "clip", columns=COLUMNS, seed=1,
           cache_dir=False, scale=ScaleOptions(fit_sample=200, save_fit=tmp_path / "fit"))
-    monkeypatch.setattr(ncclean.pipeline.engines, "APPLY_ROWS", 100)
+    monkeypatch.setattr(ncclean.pipeline.shard, "APPLY_ROWS", 100)
     sizes = []
-    monkeypatch.setattr(ncclean.pipeline.engines, "_apply_part",
-                        spy(ncclean.pipeline.engines._apply_part, sizes))
+    monkeypatch.setattr(ncclean.pipeline.shard, "_apply_part",
+                        spy(ncclean.pipeline.shard._apply_part, sizes))
     score(tmp_path / "in.parquet", tmp_path / "parts.parquet", columns=COLUMNS,
           cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))
     assert sizes == [100] * 6

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 STATE = Path(".ncclean") / "last.json"
@@ -28,14 +27,14 @@ def remember_scored(output: Path) -> None:
         return
 
 
-def scored_input(given: Path | None, command: str, quiet: bool = False) -> Path:
-    """``given``, or else the last file ``score`` wrote from this folder, saying so (on stdout,
-    or on stderr when ``quiet``: the command prints JSON). :class:`BadOptionError` when there is
-    none."""
+def scored_input(given: Path | None, command: str) -> tuple[Path, str | None]:
+    """``(path, note)``: ``given`` (no note), or else the last file ``score`` wrote from this
+    folder and a note saying so, for the command line to show. :class:`BadOptionError` when
+    there is none."""
     from ncclean.errors import BadOptionError
 
     if given is not None:
-        return given
+        return given, None
     try:
         recorded = Path(json.loads(STATE.read_text())["scored"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -46,8 +45,7 @@ def scored_input(given: Path | None, command: str, quiet: bool = False) -> Path:
                              "score' wrote from this folder, is gone; give the scored file")
     shown = _relative(recorded)
     note = f"{command}: reading {shown} (the last file 'ncclean score' wrote from this folder)"
-    print(note, file=sys.stderr if quiet else sys.stdout)
-    return Path(shown)
+    return Path(shown), note
 
 
 def _relative(path: Path) -> Path:
