@@ -172,7 +172,7 @@ def embed(
     input: PathLike,
     output: PathLike,
     *,
-    encoder: str = "clip",
+    encoder: str | None = None,
     caption_col: str = "caption",
     image_col: str = "image",
     half: bool = False,
@@ -188,8 +188,9 @@ def embed(
     progress: Progress = no_progress,
 ):
     """Add image and caption vectors to every row of ``input`` (:mod:`ncclean.embed`):
-    ``encoder`` ``clip`` (open_clip ``clip_model`` with ``clip_pretrained`` or
-    ``clip_checkpoint``) or ``e5`` (captions only); ``layout`` ``parquet`` (columns
+    ``encoder`` ``imagenet+e5`` (the default pipeline's offline towers, both sides in one
+    pass; the default, unless CLIP weights are given: then ``clip``), ``clip`` (open_clip ``clip_model`` with ``clip_pretrained`` or
+    ``clip_checkpoint``), ``e5`` (captions only) or ``imagenet`` (images only); ``layout`` ``parquet`` (columns
     ``image_emb_col`` / ``text_emb_col``, float16 with ``half``) or ``clip-retrieval`` (a folder
     of ``.npy`` shards and row-aligned metadata). Returns an :class:`ncclean.embed.EmbedSummary`.
     """
@@ -206,6 +207,8 @@ def embed(
         raise BadOptionError(f"--shard-rows must be at least 1, got {shard_rows}")
     if image_emb_col == text_emb_col:
         raise BadOptionError("the image and text embedding columns need different names")
+    if encoder is None:
+        encoder = "clip" if clip_checkpoint or clip_pretrained else "imagenet+e5"
     spec = embed_clip_spec(encoder, clip_model, clip_pretrained, clip_checkpoint)
     source = open_pairs(input)
     resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,

@@ -15,9 +15,11 @@ layouts:
   and a failed one has a zero vector and its ``embed_problem``. The folder appears only when
   complete.
 
-Encoders (:data:`ncclean.models.registry.EMBEDDERS`): ``clip`` (open_clip, both sides;
-:mod:`ncclean.models.openclip`), ``e5`` (the bundled multilingual-e5-small, captions only) or
-``imagenet`` (EfficientNet-Lite ImageNet features, images only; :mod:`ncclean.models.imagenet`).
+Encoders (:data:`EMBEDDERS`): ``imagenet+e5`` (the default: the default pipeline's towers,
+EfficientNet-Lite ImageNet features for images and the bundled multilingual-e5-small for
+captions, both offline, in one pass), ``clip`` (open_clip, both sides;
+:mod:`ncclean.models.openclip`), ``e5`` (captions only) or ``imagenet`` (images only;
+:mod:`ncclean.models.imagenet`).
 Rows whose image or caption cannot be used keep a null vector on that side; no row is dropped.
 """
 
@@ -70,6 +72,7 @@ _IMAGE_CHUNK = 256
 # ``ncclean embed --encoder NAME``: the pretrained towers that embed images and captions
 # (``None``: that side is not embedded).
 EMBEDDERS: dict[str, tuple[type[ImageTower] | None, type[TextTower] | None]] = {
+    "imagenet+e5": (ImagenetImage, E5Text),  # the default pipeline's towers, both offline
     "clip": (ClipImage, ClipText),
     "e5": (None, E5Text),
     "imagenet": (ImagenetImage, None),

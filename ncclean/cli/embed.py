@@ -16,10 +16,12 @@ def embed(
     output: Annotated[Path, typer.Option(
         "-o", "--output", help="Parquet file to write (a new folder with --layout "
         "clip-retrieval).", show_default=False)],
-    encoder: Annotated[Literal["clip", "e5", "imagenet"], typer.Option(
-        help="clip: open_clip, images and captions (extra 'clip'); e5: multilingual-e5-small, "
-        "captions only (extra 'e5'); imagenet: EfficientNet-Lite0, images only (extra "
-        "'imagenet').")] = "clip",
+    encoder: Annotated[Literal["imagenet+e5", "clip", "e5", "imagenet"] | None, typer.Option(
+        help="imagenet+e5: the default pipeline's offline towers, images and captions in one "
+        "pass (extras 'imagenet' and 'e5'); clip: open_clip, images and captions (extra "
+        "'clip'); e5: multilingual-e5-small, captions only; imagenet: EfficientNet-Lite0, "
+        "images only [default: clip when --clip-checkpoint or --clip-pretrained is given, "
+        "else imagenet+e5].", show_default=False)] = None,
     half: Annotated[bool, typer.Option("--half", help="Store float16 vectors (half the size).")]
     = False,
     layout: Annotated[Literal["parquet", "clip-retrieval"], typer.Option(

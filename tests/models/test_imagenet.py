@@ -132,3 +132,17 @@ def test_embed_imagenet_writes_image_vectors_only(pictures, tmp_path):
     _, vectors = _vectors(pictures, None)
     np.testing.assert_allclose(np.array(rows[:5], dtype=np.float32),
                                vectors[[0, 1, 2, 3, 0]], rtol=1e-5, atol=1e-5)
+
+
+def test_embed_by_default_writes_both_vectors_in_one_call_and_score_reads_them(pictures,
+                                                                               tmp_path):
+    out = tmp_path / "emb.parquet"
+    assert main(["embed", str(pictures), "-o", str(out), "--json"]) == 0
+    table = pq.read_table(out)
+    assert str(table.schema.field("image_emb").type) == "fixed_size_list<element: float>[1280]"
+    assert str(table.schema.field("text_emb").type) == "fixed_size_list<element: float>[384]"
+    assert table.column("text_emb").null_count == 0
+    scored = tmp_path / "scored.parquet"
+    assert main(["score", str(out), "-o", str(scored), "--image-emb-col", "image_emb",
+                 "--text-emb-col", "text_emb", "--no-cache"]) == 0
+    assert pq.read_table(scored).num_rows == table.num_rows
