@@ -187,12 +187,13 @@ def embed(
     max_image_pixels: int | None = None,
     progress: Progress = no_progress,
 ):
-    """Add image and caption vectors to every row of ``input`` (:mod:`ncclean.embed`):
-    ``encoder`` ``imagenet+e5`` (the default pipeline's offline towers, both sides in one
-    pass; the default, unless CLIP weights are given: then ``clip``), ``clip`` (open_clip ``clip_model`` with ``clip_pretrained`` or
-    ``clip_checkpoint``), ``e5`` (captions only) or ``imagenet`` (images only); ``layout`` ``parquet`` (columns
-    ``image_emb_col`` / ``text_emb_col``, float16 with ``half``) or ``clip-retrieval`` (a folder
-    of ``.npy`` shards and row-aligned metadata). Returns an :class:`ncclean.embed.EmbedSummary`.
+    """Add image and caption vectors to every row of ``input`` (:mod:`ncclean.embed`).
+    ``encoder``: ``imagenet+e5`` (the default pipeline's offline towers, both sides in one
+    pass; the default unless CLIP weights are given, then ``clip``), ``clip`` (open_clip
+    ``clip_model`` with ``clip_pretrained`` or ``clip_checkpoint``), ``e5`` (captions only) or
+    ``imagenet`` (images only). ``layout``: ``parquet`` (columns ``image_emb_col`` /
+    ``text_emb_col``, float16 with ``half``) or ``clip-retrieval`` (a folder of ``.npy`` shards
+    and row-aligned metadata). Returns an :class:`ncclean.embed.EmbedSummary`.
     """
     from pathlib import Path
 
