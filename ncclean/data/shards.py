@@ -47,12 +47,16 @@ def list_shards(path: str | os.PathLike) -> list[InputShard]:
     """The input shards of ``path`` in sorted order: the file itself, every ``.parquet`` of a
     folder (recursively, hidden and ``_`` entries left out), or, when the folder holds ``.tar``
     files, those tars (the ``.parquet`` img2dataset writes beside each tar is read with it, not
-    as a shard of its own). Raises :class:`InputNotFoundError` or :class:`EmptyInputError`."""
+    as a shard of its own); a saved Hugging Face dataset's ``.arrow`` files; a clip-retrieval
+    folder's metadata files, each with its rows of vectors (:func:`is_retrieval_folder`). Raises :class:`InputNotFoundError` or :class:`EmptyInputError`."""
     path = Path(path)
     if not path.exists():
         raise InputNotFoundError(f"{path}: no such file or folder")
     if not path.is_dir():
         return [InputShard(path, path.stem, "webdataset" if path.suffix == ".tar" else "parquet")]
+    if is_retrieval_folder(path):  # clip-retrieval's embeddings: one shard per metadata file
+        return [InputShard(p, _stem(p, path), "clip-retrieval")
+                for p in sorted((path / "metadata").glob("metadata_*.parquet"))]
     states = sorted(p for p in path.rglob("state.json") if not _hidden(p, path))
     if states:  # a Hugging Face dataset (or dataset dict) saved to disk
         return [InputShard(p, _stem(p, path), "arrow") for state in states
@@ -64,6 +68,50 @@ def list_shards(path: str | os.PathLike) -> list[InputShard]:
     if not files:
         raise EmptyInputError(f"{path}: folder holds no .parquet shards or .tar files")
     return [InputShard(p, _stem(p, path), "parquet") for p in files]
+
+
+RETRIEVAL_VECTORS = {"img_emb": "image_emb", "text_emb": "text_emb"}
+"""clip-retrieval's vector folders and the columns a shard of them reads as."""
+
+
+def is_retrieval_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder in clip-retrieval's layout (``metadata/metadata_*.parquet``
+    with ``img_emb/`` and/or ``text_emb/`` ``.npy`` shards beside), as ``ncclean embed --layout
+    clip-retrieval`` writes it."""
+    return path.is_dir() and any((path / "metadata").glob("metadata_*.parquet")) and \
+        any((path / folder).is_dir() for folder in RETRIEVAL_VECTORS)
+
+
+def _read_retrieval(path: Path) -> pa.Table:
+    """One shard of a clip-retrieval folder: ``metadata/metadata_{i}.parquet`` with the rows of
+    ``img_emb/img_emb_{i}.npy`` and ``text_emb/text_emb_{i}.npy`` as the fixed-size list columns
+    ``image_emb`` and ``text_emb`` (float32 or float16, as stored). :class:`CorruptInputError`
+    when a vector file does not hold one row per metadata row."""
+    from ncclean.errors import CorruptInputError
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as error:
+        raise NotParquetError(f"{path}: not a readable Parquet file ({_one_line(error)})") \
+            from None
+    tag = path.stem[len("metadata_"):]
+    for folder, column in RETRIEVAL_VECTORS.items():
+        vectors_path = path.parent.parent / folder / f"{folder}_{tag}.npy"
+        if not vectors_path.exists():
+            continue
+        try:
+            vectors = np.load(vectors_path, mmap_mode="r")
+        except (OSError, ValueError) as error:
+            raise CorruptInputError(f"{vectors_path}: not a readable .npy file "
+                                    f"({_one_line(error)})") from None
+        if vectors.ndim != 2 or len(vectors) != table.num_rows:
+            raise CorruptInputError(f"{vectors_path}: {vectors.shape[0] if vectors.ndim else 0} "
+                                    f"vectors for the {table.num_rows} rows of {path}; "
+                                    "re-create the folder")
+        values = pa.array(np.ascontiguousarray(vectors).reshape(-1))
+        table = table.append_column(column, pa.FixedSizeListArray.from_arrays(
+            values, vectors.shape[1]))
+    return table
 
 
 def _arrow_files(state: Path) -> list[Path]:
@@ -86,6 +134,8 @@ def read_shard(shard: InputShard, columns: list[str] | None = None) -> pa.Table:
         table = read_tar(shard.path)
     elif shard.kind == "arrow":
         table = _read_arrow(shard.path)
+    elif shard.kind == "clip-retrieval":
+        table = _read_retrieval(shard.path)
     else:
         _check_columns(shard, shard_schema(shard).names, columns)
         try:

@@ -28,8 +28,11 @@ def wants_shards(input: PathLike, output: PathLike, scale: ScaleOptions | None) 
         return True
     if out.is_dir() or (source.is_dir() and out.suffix == ""):
         return True
+    from ncclean.data.shards import is_retrieval_folder
+
     return source.suffix == ".tar" or (source.is_dir() and (
-        any(source.glob("*.tar")) or any(source.rglob("state.json"))))
+        any(source.glob("*.tar")) or any(source.rglob("state.json"))
+        or is_retrieval_folder(source)))
 
 
 def resolve_scale(input: PathLike, output: PathLike | None, method: str, columns: Columns,
