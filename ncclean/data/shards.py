@@ -48,7 +48,8 @@ def list_shards(path: str | os.PathLike) -> list[InputShard]:
     folder (recursively, hidden and ``_`` entries left out), or, when the folder holds ``.tar``
     files, those tars (the ``.parquet`` img2dataset writes beside each tar is read with it, not
     as a shard of its own); a saved Hugging Face dataset's ``.arrow`` files; a clip-retrieval
-    folder's metadata files, each with its rows of vectors (:func:`is_retrieval_folder`). Raises :class:`InputNotFoundError` or :class:`EmptyInputError`."""
+    folder's metadata files, each with its rows of vectors (:func:`is_retrieval_folder`).
+    Raises :class:`InputNotFoundError` or :class:`EmptyInputError`."""
     path = Path(path)
     if not path.exists():
         raise InputNotFoundError(f"{path}: no such file or folder")
