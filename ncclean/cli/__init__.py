@@ -171,5 +171,10 @@ def _command_of(words: list[str]) -> str:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point. Once :func:`main` has returned the run is over: a signal
+    arriving while the interpreter shuts down is ignored rather than shown as a traceback."""
+    code = main()
+    if _main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)

@@ -40,6 +40,7 @@ def remove_created_folders() -> list[Path]:
     """Remove the folders :func:`make_folder` created in this process that are still empty,
     innermost first (after a failed or interrupted run: it leaves no empty output folder
     behind); returns the ones removed."""
+    remove_own_scratch()
     removed = []
     while _CREATED:
         folder = _CREATED.pop()
@@ -52,9 +53,11 @@ def remove_created_folders() -> list[Path]:
 def forget_created_folders() -> None:
     """Keep the folders created so far (a run that succeeded)."""
     _CREATED.clear()
+    _SCRATCH_PARENTS.clear()
 
 
 _PLANNED: list[Path] = []
+_PLANNED_SET: set[Path] = set()
 _COMPLETE: set[Path] = set()
 
 
@@ -63,6 +66,7 @@ def plan_outputs(paths: Iterable[str | os.PathLike]) -> None:
     early (a sharded run's shards: the rerun skips them), so that an interrupted run can say
     which it kept (:func:`kept_outputs`)."""
     _PLANNED.extend(Path(p) for p in paths)
+    _PLANNED_SET.update(_PLANNED)
 
 
 def mark_complete(path: str | os.PathLike) -> None:
@@ -78,6 +82,7 @@ def kept_outputs() -> tuple[list[Path], int]:
 def forget_outputs() -> None:
     """Start a new run's plan (:func:`plan_outputs`)."""
     _PLANNED.clear()
+    _PLANNED_SET.clear()
     _COMPLETE.clear()
 
 
@@ -122,6 +127,7 @@ def scratch_folder(parent: str | os.PathLike) -> Iterator[Path]:
 
     parent = Path(parent)
     remove_stale_scratch(parent)
+    _SCRATCH_PARENTS.add(parent)  # an interrupt inside mkdtemp still finds what it made
     try:
         folder = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_MARK}{os.getpid()}-", dir=parent))
     except OSError as error:
@@ -130,6 +136,20 @@ def scratch_folder(parent: str | os.PathLike) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_SCRATCH_PARENTS: set[Path] = set()
+
+
+def remove_own_scratch() -> None:
+    """Remove this process's scratch folders wherever :func:`scratch_folder` made them (after a
+    failed or interrupted run: one that a signal cut off before its block began included)."""
+    import shutil
+
+    for parent in _SCRATCH_PARENTS:
+        for folder in parent.glob(f"{SCRATCH_MARK}{os.getpid()}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
+    _SCRATCH_PARENTS.clear()
 
 
 def remove_stale_scratch(parent: str | os.PathLike) -> list[Path]:
@@ -223,6 +243,8 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, mode)  # again: some writers (safetensors) replace the file they are given
         os.replace(tmp, dest)
+        if dest in _PLANNED_SET:  # a planned output, complete the moment it is in place
+            _COMPLETE.add(dest)
     except BaseException as error:
         tmp.unlink(missing_ok=True)
         if is_write_error(error):
