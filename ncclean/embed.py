@@ -118,7 +118,7 @@ class EmbedSummary:
         return asdict(self) | {"input": str(self.input), "output": str(self.output)}
 
 
-class _Encoder:
+class Encoder:
     """One batch's vectors, float32 rows: images and captions, by the pretrained towers of the
     encoder's name (either side may be absent: its ``*_dim`` is ``None``)."""
 
@@ -150,7 +150,7 @@ def _vector_array(vectors: np.ndarray, missing: np.ndarray, dtype) -> pa.Array:
 
 
 class _BatchEmbedder:
-    def __init__(self, encoder: _Encoder, resolved: ResolvedColumns, kind, pool):
+    def __init__(self, encoder: Encoder, resolved: ResolvedColumns, kind, pool):
         self.encoder, self.resolved, self.kind, self.pool = encoder, resolved, kind, pool
         self.problems: dict[str, int] = {}
 
@@ -210,9 +210,10 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
                 clip_spec=None, half: bool = False, layout: str = "parquet",
                 image_col: str = "image_emb", text_col: str = "text_emb",
                 shard_rows: int = 1_000_000, batch_rows: int = 2048, device: str = "cpu",
-                max_pixels: int = DEFAULT_MAX_PIXELS, progress: Progress = no_progress) \
-        -> EmbedSummary:
-    """Embed every row of ``source`` (see the module docstring) and write ``output``."""
+                max_pixels: int = DEFAULT_MAX_PIXELS, progress: Progress = no_progress,
+                loaded: Encoder | None = None) -> EmbedSummary:
+    """Embed every row of ``source`` (see the module docstring) and write ``output``;
+    ``loaded``: an :class:`Encoder` of ``encoder`` already loaded, for many calls."""
     if encoder not in ENCODERS:
         raise BadOptionError(f"--encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
     if layout not in LAYOUTS:
@@ -225,7 +226,7 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
     elif output.exists():
         raise OutputError(f"{output} exists; give a new folder for the clip-retrieval layout")
     began = time.perf_counter()
-    chosen = _Encoder(encoder, clip_spec, device, max_pixels)
+    chosen = loaded or Encoder(encoder, clip_spec, device, max_pixels)
     dtype = np.float16 if half else np.float32
     kind = image_kind(resolved.image, source.schema.field(resolved.image).type) \
         if chosen.image_dim is not None else None
@@ -271,7 +272,7 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
 
 
 def _write_retrieval(source, resolved, output: Path, compute, image_col: str, text_col: str,
-                     shard_rows: int, batch_rows: int, chosen: _Encoder, dtype) -> None:
+                     shard_rows: int, batch_rows: int, chosen: Encoder, dtype) -> None:
     """clip-retrieval's layout, built in a scratch folder beside ``output`` and renamed: an
     interrupted run leaves neither it nor the folders it created, and the next run removes the
     scratch folder of a killed one (:func:`ncclean.data.atomic.scratch_folder`)."""

@@ -39,11 +39,13 @@ class ShardApplier:
         from ncclean.pipeline.shard import ShardJob, apply_shard
 
         reports = []
-        for path, stem, kind, out, mark, repeated in zip(
+        for path, stem, kind, out, mark, extra in zip(
                 batch["path"], batch["stem"], batch["kind"], batch["out"], batch["mark"],
-                batch["duplicates"], strict=True):
+                batch["extra"], strict=True):
+            extra = json.loads(str(extra))
             job = ShardJob(InputShard(Path(path), str(stem), str(kind)), Path(out), bool(mark),
-                           tuple(json.loads(str(repeated))))
+                           tuple(extra["duplicates"]), tuple(extra["hidden"]),
+                           tuple(extra["nulled"]))
             try:
                 report = apply_shard(self.fit, job, self.columns, self.run, self.device)
             except NcCleanError as error:  # sent back as data: Ray's wrapping loses its type
@@ -78,7 +80,9 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
     try:
         items = [{"index": k, "path": str(job.shard.path), "stem": job.shard.stem,
                   "kind": job.shard.kind, "out": str(job.out), "mark": job.mark,
-                  "duplicates": json.dumps(list(job.duplicates))}
+                  "extra": json.dumps({"duplicates": list(job.duplicates),
+                                       "hidden": list(job.hidden),
+                                       "nulled": list(job.nulled)})}
                  for k, job in enumerate(jobs)]
         workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
         progress("apply", 0, len(jobs), f"ray, {workers} actors")

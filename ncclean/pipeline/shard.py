@@ -38,12 +38,16 @@ class ShardJob:
     """One input shard and its output file; ``mark``: record the fit's hash and the row count
     in the output's metadata (a sharded run's completion mark); ``duplicates``: the shard's rows
     (sorted) whose id appeared earlier in the corpus, written ``invalid`` as one pass writes a
-    repeated id."""
+    repeated id; ``hidden``: the shard's columns not written (vectors the embed stage added);
+    ``nulled``: columns written as nulls (a tar's image bytes: its ``image_ref`` says where
+    they are)."""
 
     shard: InputShard
     out: Path
     mark: bool = True
     duplicates: tuple[int, ...] = ()
+    hidden: tuple[str, ...] = ()
+    nulled: tuple[str, ...] = ()
 
 
 def shard_rows(shard: InputShard) -> int:
@@ -101,8 +105,10 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
         scored = (_apply_part(fit, part, wanted, captions, job, run, device, totals, start)
                   for part, start in zip(parts, starts))
         marks = completion_metadata(fit.hash, n_rows) if job.mark else {}
-        write_pair_parts(source, job.out, scored, **scores_only(
-            resolve_columns(wanted, source.schema).id, run.write, marks))
+        written = scores_only(resolve_columns(wanted, source.schema).id, run.write, marks)
+        if job.hidden and "keep" not in written:
+            written["keep"] = [c for c in source.schema.names if c not in job.hidden]
+        write_pair_parts(source, job.out, scored, **written)  # complete once in place
     pa.default_memory_pool().release_unused()  # else the next shard starts above this one's peak
     report |= totals
     if not job.mark:  # a single output file gets its own sidecar, as one pass writes
@@ -143,10 +149,8 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
                               cache_dir=None, device=device)
     applied = apply_to_corpus(fit, corpus, features, device, shard_captions=captions)
     updates = applied.columns
-    if job.shard.kind == "webdataset" and run.write == "all":  # images referenced, not copied
-        from ncclean.data.webdataset import IMAGE_BYTES
-
-        updates = updates | {IMAGE_BYTES: _nulls(corpus.n_pairs)}
+    if run.write == "all" and job.nulled:  # a tar's images: referenced, not copied
+        updates = updates | {name: _nulls(corpus.n_pairs) for name in job.nulled}
     for name, count in partition_counts(updates["partition"]).items():
         totals["partition_counts"][name] = totals["partition_counts"].get(name, 0) + count
     totals["n_rows"] += corpus.n_pairs

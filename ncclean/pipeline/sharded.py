@@ -191,6 +191,7 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
     :func:`~ncclean.pipeline.preflight.check_fit_options`). Everything that can be checked
     before the fit is: the shards, the output and ``--save-fit`` folders, the fit's options."""
     from ncclean.data.atomic import make_folder, scratch_folder
+    from ncclean.data.images import DEFAULT_MAX_PIXELS
     from ncclean.options import AUTO_METHOD
     from ncclean.pipeline.engines import run_engine
     from ncclean.pipeline.fit import load_fit, save_fit
@@ -201,7 +202,9 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         check_save_fit,
         check_shards,
     )
+    from ncclean.pipeline.score import cache_path
     from ncclean.pipeline.shard import ShardJob
+    from ncclean.pipeline.vectors import check_towers, embed_stage, needs_vectors
 
     began = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -221,6 +224,8 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         if method == AUTO_METHOD:  # a sharded run reads two vector columns: auto_method's clip
             method = "clip"
         check_applies(input, method, columns, scale)
+    if needs_vectors(columns):
+        check_towers()
     check_shards(input, shards)
     id_name = id_column(shards[0], columns)
     check_output(input, out, to_folder)
@@ -230,25 +235,51 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         raise EmptyInputError(f"{input}: no pairs in its {len(shards)} shard"
                               f"{'s' if len(shards) > 1 else ''}")
     with scratch_folder(out if to_folder else out.parent) as scratch:
+        # a shard without pairs (a tar whose every download failed) has no output shard
+        kept = [k for k in range(len(shards)) if len(scan.keys[k])]
+        embedded = None
+        if needs_vectors(columns):
+            embedded = embed_stage([shards[k] for k in kept], columns,
+                                   cache_path(run.cache_dir), scratch, device,
+                                   run.max_image_pixels or DEFAULT_MAX_PIXELS, progress)
+            shards = list(shards)
+            for k, shard in zip(kept, embedded.shards):
+                shards[k] = shard
+            columns = embedded.columns
+            seconds["embed"] = time.perf_counter() - began
         if fit is not None:
             fit_dir = Path(scale.fit)
         else:
-            fit = _fit(shards, scan, id_name, method, params, columns, matcher, cut, stages,
+            fit = _fit([shards[k] for k in kept], IdScan([scan.keys[k] for k in kept],
+                                                         [scan.duplicates[k] for k in kept]),
+                       id_name, method, params, columns, matcher, cut, stages,
                        run, device, scale.sample_size, scratch, progress)
             fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
-            seconds["fit"] = time.perf_counter() - began
+            seconds["fit"] = time.perf_counter() - began - seconds.get("embed", 0.0)
         applying = time.perf_counter()
-        # a shard without pairs (a tar whose every download failed) has no output shard
-        jobs = [ShardJob(shard=s, out=(out / f"{s.stem}.parquet") if to_folder else out,
-                         mark=to_folder, duplicates=tuple(int(r) for r in scan.duplicates[k]))
-                for k, s in enumerate(shards) if len(scan.keys[k])]
+        jobs = [ShardJob(shard=shards[k],
+                         out=(out / f"{shards[k].stem}.parquet") if to_folder else out,
+                         mark=to_folder, duplicates=tuple(int(r) for r in scan.duplicates[k]),
+                         hidden=embedded.hidden if embedded else (),
+                         nulled=_nulled(shards[k], embedded, columns))
+                for k in kept]
         for job in jobs:  # a shard of a sub-folder is written to the same sub-folder
             make_folder(job.out.parent)
         reports = run_engine(scale.engine, fit_dir, fit.hash, jobs, columns, run, device,
                              scale.ray_address, progress)
         seconds["apply"] = time.perf_counter() - applying
-    return _finish(input, out, to_folder, fit, reports, seconds, began, scale, run, device)
+    extra = {} if embedded is None else {"embedded": {
+        "towers": embedded.identity, "computed": embedded.computed, "cached": embedded.cached}}
+    return _finish(input, out, to_folder, fit, reports, seconds, began, scale, run, device,
+                   extra)
+
+
+def _nulled(shard: InputShard, embedded, columns: Columns) -> tuple[str, ...]:
+    """The columns written as nulls for ``shard``: a tar's image bytes."""
+    if embedded is not None:
+        return embedded.nulled.get(shard.stem, ())
+    return (columns.image,) if shard.kind == "webdataset" else ()
 
 
 def check_applies(input: PathLike, method: str, columns: Columns, scale: ScaleOptions) -> None:
@@ -263,10 +294,6 @@ def check_applies(input: PathLike, method: str, columns: Columns, scale: ScaleOp
     if method not in APPLIES:
         raise BadOptionError(f"{why} a method that scores pairs it did not train on "
                              f"({', '.join(APPLIES)}); {method!r} cannot yet")
-    if not (columns.image_emb and columns.text_emb):
-        raise BadOptionError(f"{why} precomputed vectors for now (--image-emb-col and "
-                             "--text-emb-col; 'ncclean embed' computes them); a single Parquet "
-                             "file of images can be scored to -o FILE.parquet in one pass")
 
 
 def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, cut, stages,
@@ -306,7 +333,8 @@ def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, c
 
 
 def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds: dict,
-            began: float, scale: ScaleOptions, run: RunOptions, device: str):
+            began: float, scale: ScaleOptions, run: RunOptions, device: str,
+            extra: dict | None = None):
     from ncclean.data.parquet import sidecar_path, write_json
     from ncclean.data.results import PARTITIONS
     from ncclean.pipeline.score import ScoreSummary
@@ -332,7 +360,7 @@ def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds
                          {r["stem"] for r in reports}],
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
         "seconds": seconds,
-    }
+    } | (extra or {})
     write_json(out / RUN_SIDECAR if to_folder else sidecar_path(out), record)
     return ScoreSummary(
         input=Path(input), output=out, method=fit.meta["method"], device=device, n_pairs=n_rows,

@@ -1,0 +1,96 @@
+"""A folder of img2dataset-style tars of images and captions, no vectors: ``score wds/ -o out/``
+embeds each shard with the default pipeline's pretrained towers (cached by content), fits on a
+sample and applies it shard by shard."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.cli.test_contract import run
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clipart-300.parquet"
+
+
+def clipart_tars(folder: Path, shards: int = 3, moved: float = 0.3, seed: int = 0) -> np.ndarray:
+    """The 300-pair clip-art example as ``shards`` tars (``KEY.png``, ``KEY.txt``,
+    ``KEY.json``), a share ``moved`` of its captions moved to other images; which, by row."""
+    table = pq.read_table(EXAMPLE)
+    rng = np.random.default_rng(seed)
+    n = table.num_rows
+    captions = table.column("caption").to_pylist()
+    noisy = np.zeros(n, dtype=bool)
+    chosen = rng.choice(n, int(moved * n), replace=False)
+    noisy[chosen] = True
+    rolled = np.roll(chosen, 1)
+    moved_captions = list(captions)
+    for a, b in zip(chosen, rolled):
+        moved_captions[a] = captions[b]
+    folder.mkdir(parents=True)
+    bounds = np.linspace(0, n, shards + 1).astype(int)
+    images = table.column("image").to_pylist()
+    for s in range(shards):
+        with tarfile.open(folder / f"{s:05d}.tar", "w") as tar:
+            for row in range(bounds[s], bounds[s + 1]):
+                key = f"{s:05d}{row:04d}"
+                for name, data in ((f"{key}.png", images[row]),
+                                   (f"{key}.txt", moved_captions[row].encode()),
+                                   (f"{key}.json", json.dumps({"key": key}).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return noisy
+
+
+@pytest.fixture()
+def pretrained(monkeypatch, tmp_path):
+    monkeypatch.setenv("NCCLEAN_TOWERS", "pretrained")
+    monkeypatch.setenv("NCCLEAN_CACHE", str(tmp_path / "cache"))
+
+
+def outputs(folder: Path) -> pa.Table:
+    return pa.concat_tables([pq.read_table(p) for p in sorted(folder.glob("*.parquet"))])
+
+
+def test_raw_image_tars_score_with_no_option(tmp_path, capsys, pretrained):
+    noisy = clipart_tars(tmp_path / "wds")
+    code, _, err = run(capsys, "score", tmp_path / "wds", "-o", tmp_path / "out")
+    assert code == 0, err
+    out = outputs(tmp_path / "out")
+    keys = out.column("id").to_pylist()
+    assert len(keys) == len(set(keys)) == 300
+    assert "image_emb" not in out.column_names and "text_emb" not in out.column_names
+    assert out.column("image").null_count == 300  # a tar's bytes stay in the tar
+    from sklearn.metrics import roc_auc_score
+
+    prob = np.asarray(out.column("clean_prob").to_pylist(), dtype=float)
+    valid = np.isfinite(prob)
+    assert roc_auc_score(~noisy[valid], prob[valid]) > 0.8
+    record = json.loads((tmp_path / "out" / "ncclean.json").read_text())
+    assert record["embedded"]["computed"] == 3 and record["method"] == "clip"
+    # a second run into another folder embeds nothing again, and writes the same bytes
+    code, _, err = run(capsys, "score", tmp_path / "wds", "-o", tmp_path / "again")
+    assert code == 0, err
+    record = json.loads((tmp_path / "again" / "ncclean.json").read_text())
+    assert record["embedded"] == {"towers": record["embedded"]["towers"], "computed": 0,
+                                  "cached": 3}
+    for name in ("00000.parquet", "00001.parquet", "00002.parquet"):
+        first = pq.read_table(tmp_path / "out" / name).replace_schema_metadata(None)
+        second = pq.read_table(tmp_path / "again" / name).replace_schema_metadata(None)
+        assert first.equals(second)
+
+
+def test_without_the_pretrained_towers_the_line_says_what_to_install(tmp_path, capsys,
+                                                                      monkeypatch):
+    monkeypatch.setenv("NCCLEAN_TOWERS", "scratch")
+    clipart_tars(tmp_path / "wds", shards=2, moved=0.1)
+    code, _, err = run(capsys, "score", tmp_path / "wds", "-o", tmp_path / "out")
+    assert code == 2 and "ncclean[imagenet,e5]" in err and "--image-emb-col" in err
+    assert not (tmp_path / "out").exists()
