@@ -92,7 +92,7 @@ def test_methods_that_cannot_apply_refuse_in_one_line(tmp_path):
     with pytest.raises(BadOptionError, match=r"scores pairs it did not train on \(clip, gmm\)"):
         score(tmp_path / "in.parquet", tmp_path / "o.parquet", "sdd", columns=COLUMNS,
               scale=ScaleOptions(fit_sample=100))
-    with pytest.raises(BadOptionError, match="needs precomputed vectors"):
+    with pytest.raises(BadOptionError, match="precomputed vectors with --image-emb-col"):
         score(tmp_path / "in.parquet", tmp_path / "o.parquet", "clip",
               scale=ScaleOptions(fit_sample=100))
     with pytest.raises(BadOptionError, match="does not combine"):
