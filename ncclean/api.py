@@ -321,29 +321,11 @@ def retrain(
 
 
 def methods(name: str | None = None) -> list[dict]:
-    """Every method (built in and from plugins) in name order, or only ``name``
-    (:class:`~ncclean.errors.UnknownMethodError` when there is none): ``name``, ``summary``,
-    ``error`` (why it cannot be loaded, else ``None``), ``params`` (``name``, ``default``,
-    ``rule``, ``allowed``, ``help`` each) and ``departures`` (from its paper)."""
-    from ncclean.errors import UnknownMethodError
-    from ncclean.methods.base import available_methods, get_method, param_specs
+    """Every method (built in and from plugins) in name order, or only ``name``: its summary,
+    parameters and departures (:func:`ncclean.methods.base.describe_methods`)."""
+    from ncclean.methods.base import describe_methods
 
-    described = []
-    for method in [name] if name is not None else list(available_methods()):
-        try:
-            cls = get_method(method)
-        except UnknownMethodError as error:
-            if name is not None:
-                raise
-            described.append({"name": method, "summary": "", "error": str(error),
-                              "params": [], "departures": []})
-            continue
-        params = [{"name": spec.name, "default": spec.default, "rule": spec.rule,
-                   "allowed": spec.allowed(), "help": spec.help}
-                  for spec in param_specs(cls).values()]
-        described.append({"name": method, "summary": getattr(cls, "summary", ""), "error": None,
-                          "params": params, "departures": list(getattr(cls, "departures", ()))})
-    return described
+    return describe_methods(name)
 
 
 def method_names() -> list[str]:

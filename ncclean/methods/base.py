@@ -334,3 +334,26 @@ def make_method(name: str, params: Mapping[str, Any] | None = None) -> Method:
     as they come from ``--param key=value``), every value checked against its declaration."""
     cls = get_method(name)
     return cls(**check_params(cls, params, name))
+
+
+def describe_methods(name: str | None = None) -> list[dict]:
+    """Every method (built in and from plugins) in name order, or only ``name``
+    (:class:`~ncclean.errors.UnknownMethodError` when there is none): ``name``, ``summary``,
+    ``error`` (why it cannot be loaded, else ``None``), ``params`` (``name``, ``default``,
+    ``rule``, ``allowed``, ``help`` each) and ``departures`` (from its paper)."""
+    described = []
+    for method in [name] if name is not None else list(available_methods()):
+        try:
+            cls = get_method(method)
+        except UnknownMethodError as error:
+            if name is not None:
+                raise
+            described.append({"name": method, "summary": "", "error": str(error),
+                              "params": [], "departures": []})
+            continue
+        params = [{"name": spec.name, "default": spec.default, "rule": spec.rule,
+                   "allowed": spec.allowed(), "help": spec.help}
+                  for spec in param_specs(cls).values()]
+        described.append({"name": method, "summary": getattr(cls, "summary", ""), "error": None,
+                          "params": params, "departures": list(getattr(cls, "departures", ()))})
+    return described

@@ -187,3 +187,13 @@ def test_clip_on_two_widths_without_alignment_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "score", path, "-o", tmp_path / "o.parquet", "--method", "clip",
                        "--image-emb-col", "img", "--text-emb-col", "txt")
     assert code == 0, err
+
+
+def test_methods_json_lists_every_method_with_its_parameters(capsys):
+    code, out, _ = run(capsys, "methods", "--json")
+    assert code == 0
+    described = {m["name"]: m for m in json.loads(out)}
+    assert {"clip", "gmm", "pc2", "crcl", "sdd", "disncl"} <= set(described)
+    assert any(p["name"] == "align" for p in described["clip"]["params"])
+    code, out, _ = run(capsys, "methods", "gmm", "--json")
+    assert code == 0 and [m["name"] for m in json.loads(out)] == ["gmm"]
