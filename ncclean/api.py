@@ -209,7 +209,9 @@ def embed(
     if image_emb_col == text_emb_col:
         raise BadOptionError("the image and text embedding columns need different names")
     if encoder is None:
-        encoder = "clip" if clip_checkpoint or clip_pretrained else "imagenet+e5"
+        from ncclean.embed import DEFAULT_ENCODER
+
+        encoder = "clip" if clip_checkpoint or clip_pretrained else DEFAULT_ENCODER
     spec = embed_clip_spec(encoder, clip_model, clip_pretrained, clip_checkpoint)
     source = open_pairs(input)
     resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,

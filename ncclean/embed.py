@@ -97,6 +97,8 @@ def embed_clip_spec(encoder: str, model: str, pretrained: str | None,
 
 
 ENCODERS = tuple(EMBEDDERS)
+DEFAULT_ENCODER = "imagenet+e5"
+"""What ``embed`` and a sharded run's embed stage use unless told otherwise."""
 
 
 @dataclass

@@ -26,7 +26,6 @@ from ncclean.data.shards import InputShard, read_shard
 from ncclean.errors import BadOptionError
 from ncclean.progress import Progress, no_progress
 
-ENCODER = "imagenet+e5"
 IMAGE_EMB, TEXT_EMB = "image_emb", "text_emb"
 VERSION = "1"  # bump when what an embedded shard holds changes
 
@@ -68,18 +67,18 @@ def embed_stage(shards: list[InputShard], columns: Columns, cache: Path | None,
                 progress: Progress = no_progress) -> Embedded:
     """Every shard of ``shards`` with its vectors (see the module docstring); ``cache``: the
     folder embedded shards are kept in (``None``: ``scratch``, for this run only)."""
-    from ncclean.embed import Encoder
+    from ncclean.embed import DEFAULT_ENCODER, Encoder
 
     folder = (cache / "shard-vectors") if cache is not None else scratch / "shard-vectors"
     folder.mkdir(parents=True, exist_ok=True)
     encoder = None
     embedded, computed = [], 0
-    identity = f"{ENCODER} v{VERSION}"
+    identity = f"{DEFAULT_ENCODER} v{VERSION}"
     for k, shard in enumerate(shards):
         progress("embedding shards", k, len(shards), shard.stem)
         dest = folder / f"{shard_key(shard, identity)}.parquet"
         if not dest.exists():
-            encoder = encoder or Encoder(ENCODER, None, device, max_pixels)
+            encoder = encoder or Encoder(DEFAULT_ENCODER, None, device, max_pixels)
             _embed(shard, columns, encoder, dest, scratch, device, max_pixels)
             computed += 1
         embedded.append(InputShard(dest, shard.stem, "parquet"))
@@ -110,7 +109,7 @@ def _embed(shard: InputShard, columns: Columns, encoder, dest: Path, scratch: Pa
     """Write ``shard`` with its vectors to ``dest`` (atomically)."""
     from ncclean.data.parquet import open_pairs
     from ncclean.data.schema import resolve_columns
-    from ncclean.embed import embed_pairs
+    from ncclean.embed import DEFAULT_ENCODER, embed_pairs
 
     path = shard.path
     if shard.kind != "parquet":  # a tar or an Arrow file, as a Parquet file to stream
@@ -122,7 +121,7 @@ def _embed(shard: InputShard, columns: Columns, encoder, dest: Path, scratch: Pa
     resolved = resolve_columns(Columns(caption=columns.caption, image=columns.image,
                                        allow_absolute_paths=columns.allow_absolute_paths),
                                source.schema)
-    embed_pairs(source, resolved, dest, encoder=ENCODER, half=True, image_col=IMAGE_EMB,
+    embed_pairs(source, resolved, dest, encoder=DEFAULT_ENCODER, half=True, image_col=IMAGE_EMB,
                 text_col=TEXT_EMB, device=device, max_pixels=max_pixels, loaded=encoder)
     if path != shard.path:
         os.unlink(path)
