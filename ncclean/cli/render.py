@@ -84,7 +84,7 @@ def render_score(out, summary) -> None:
     counts = summary.partition_counts
     seconds = summary.seconds
     phases = ", ".join(f"{name} {value:.1f} s" for name, value in seconds.items()
-                       if name in ("read", "method", "stages", "fit", "apply"))
+                       if name in ("read", "embed", "method", "stages", "fit", "apply"))
     out.print(f"[bold]score[/bold] ({summary.method}, {summary.device}): {summary.n_pairs:,} "
               f"pairs in {seconds.get('total', 0):.1f} s ({phases})")
     for name, count in counts.items():
