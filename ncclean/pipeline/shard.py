@@ -145,6 +145,8 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     if job.duplicates:
         rows = np.asarray(job.duplicates, dtype=np.int64) - first_row
         mark_repeated_ids(corpus, rows[(rows >= 0) & (rows < corpus.n_pairs)], run.strict)
+    if job.hidden:  # vectors the embed stage made: a row without one says why
+        _mark_embed_problems(corpus, part)
     features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
                               cache_dir=None, device=device)
     applied = apply_to_corpus(fit, corpus, features, device, shard_captions=captions)
@@ -157,6 +159,20 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     totals["n_applied"] += applied.n_applied
     totals["n_pseudo_captions"] += corpus.n_pairs - updates["pseudo_caption"].null_count
     return part, updates
+
+
+def _mark_embed_problems(corpus, part) -> None:
+    """Add the embed stage's reason (``embed_problem``: an undecodable image, an empty caption)
+    to the rows it could not embed, whose vectors are missing."""
+    from ncclean.embed import PROBLEM_COL
+
+    if PROBLEM_COL not in part.schema.names:
+        return
+    problems = [p for _, _, batch in part.iter_batches([PROBLEM_COL])
+                for p in batch.column(0).to_pylist()]
+    for row, problem in enumerate(problems):
+        if problem and problem not in (corpus.reasons[row] or ""):
+            corpus.mark(row, problem)
 
 
 def _caption_counts(source, columns: Columns):

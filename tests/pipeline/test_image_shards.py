@@ -94,3 +94,18 @@ def test_without_the_pretrained_towers_the_line_says_what_to_install(tmp_path, c
     code, _, err = run(capsys, "score", tmp_path / "wds", "-o", tmp_path / "out")
     assert code == 2 and "ncclean[imagenet,e5]" in err and "--image-emb-col" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_undecodable_image_in_a_tar_keeps_its_row_and_says_why(tmp_path, capsys,
+                                                                  pretrained):
+    clipart_tars(tmp_path / "wds", shards=2, moved=0.1)
+    with tarfile.open(tmp_path / "wds" / "00001.tar", "a") as tar:
+        for name, data in (("bad0.png", b"not a picture"), ("bad0.txt", b"a caption")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    code, _, err = run(capsys, "score", tmp_path / "wds", "-o", tmp_path / "out")
+    assert code == 0, err
+    last = pq.read_table(tmp_path / "out" / "00001.parquet").to_pylist()[-1]
+    assert last["id"] == "bad0" and last["partition"] == "invalid"
+    assert "undecodable image" in last["invalid_reason"]
