@@ -263,6 +263,10 @@ class Method(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     trains_matcher: ClassVar[bool] = True
+    #: A fit on a sample of a larger corpus calibrates this method's scores on held-out pairs
+    #: (:func:`ncclean.pipeline.keep.calibrate`): its own sample's scores run lower than a
+    #: new pair's.
+    calibrates_on_held_out: ClassVar[bool] = False
     #: Where the method departs from its paper, one sentence each (``ncclean methods NAME``).
     departures: ClassVar[tuple[str, ...]] = ()
 

@@ -299,6 +299,7 @@ class GMM(Method):
     epochs follow :func:`schedule`."""
 
     name: ClassVar[str] = "gmm"
+    calibrates_on_held_out: ClassVar[bool] = True
     summary: ClassVar[str] = ("NCR (NeurIPS 2021): GMM on per-pair losses of two co-teaching "
                               "matchers, rectified soft margins")
     departures: ClassVar[tuple[str, ...]] = CO_DIVISION_DEPARTURES + (

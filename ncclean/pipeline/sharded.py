@@ -192,6 +192,7 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
     before the fit is: the shards, the output and ``--save-fit`` folders, the fit's options."""
     from ncclean.data.atomic import make_folder, scratch_folder
     from ncclean.data.images import DEFAULT_MAX_PIXELS
+    from ncclean.data.webdataset import IMAGE_BYTES
     from ncclean.options import AUTO_METHOD
     from ncclean.pipeline.engines import run_engine
     from ncclean.pipeline.fit import load_fit, save_fit
@@ -221,8 +222,8 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         check_fit_columns(fit.meta, columns, scale.fit)
         method = fit.meta["method"]
     else:
-        if method == AUTO_METHOD:  # a sharded run reads two vector columns: auto_method's clip
-            method = "clip"
+        if method == AUTO_METHOD:  # as one pass picks for the vector columns the run reads
+            method = _auto_method(columns, matcher, device)
         check_applies(input, method, columns, scale)
     if needs_vectors(columns):
         check_towers()
@@ -234,9 +235,11 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
     if not scan.total:
         raise EmptyInputError(f"{input}: no pairs in its {len(shards)} shard"
                               f"{'s' if len(shards) > 1 else ''}")
+    # a shard without pairs (a tar whose every download failed) has no output shard
+    kept = [k for k in range(len(shards)) if len(scan.keys[k])]
+    empty = [shards[k].stem for k in range(len(shards)) if not len(scan.keys[k])]
+    nulled = [(IMAGE_BYTES,) if s.kind == "webdataset" else () for s in shards]  # in the tar
     with scratch_folder(out if to_folder else out.parent) as scratch:
-        # a shard without pairs (a tar whose every download failed) has no output shard
-        kept = [k for k in range(len(shards)) if len(scan.keys[k])]
         embedded = None
         if needs_vectors(columns):
             embedded = embed_stage([shards[k] for k in kept], columns,
@@ -250,9 +253,7 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         if fit is not None:
             fit_dir = Path(scale.fit)
         else:
-            fit = _fit([shards[k] for k in kept], IdScan([scan.keys[k] for k in kept],
-                                                         [scan.duplicates[k] for k in kept]),
-                       id_name, method, params, columns, matcher, cut, stages,
+            fit = _fit(shards, scan, id_name, method, params, columns, matcher, cut, stages,
                        run, device, scale.sample_size, scratch, progress)
             fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
@@ -261,25 +262,30 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         jobs = [ShardJob(shard=shards[k],
                          out=(out / f"{shards[k].stem}.parquet") if to_folder else out,
                          mark=to_folder, duplicates=tuple(int(r) for r in scan.duplicates[k]),
-                         hidden=embedded.hidden if embedded else (),
-                         nulled=_nulled(shards[k], embedded, columns))
+                         hidden=embedded.hidden if embedded else (), nulled=nulled[k])
                 for k in kept]
         for job in jobs:  # a shard of a sub-folder is written to the same sub-folder
             make_folder(job.out.parent)
         reports = run_engine(scale.engine, fit_dir, fit.hash, jobs, columns, run, device,
                              scale.ray_address, progress)
         seconds["apply"] = time.perf_counter() - applying
-    extra = {} if embedded is None else {"embedded": {
-        "towers": embedded.identity, "computed": embedded.computed, "cached": embedded.cached}}
+    extra = {"empty_shards": empty} | ({} if embedded is None else {"embedded": {
+        "towers": embedded.identity, "computed": embedded.computed, "cached": embedded.cached}})
     return _finish(input, out, to_folder, fit, reports, seconds, began, scale, run, device,
                    extra)
 
 
-def _nulled(shard: InputShard, embedded, columns: Columns) -> tuple[str, ...]:
-    """The columns written as nulls for ``shard``: a tar's image bytes."""
-    if embedded is not None:
-        return embedded.nulled.get(shard.stem, ())
-    return (columns.image,) if shard.kind == "webdataset" else ()
+def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
+    """The method ``auto`` stands for on the vector columns a sharded run reads (its own, or
+    the embed stage's), as one pass decides it (:func:`~ncclean.pipeline.score.auto_method`)."""
+    from ncclean.models.resolve import matcher_config
+    from ncclean.pipeline.score import auto_method
+    from ncclean.pipeline.vectors import vector_columns
+
+    config, _ = matcher_config(vector_columns(columns), matcher.image_encoder,
+                               matcher.text_encoder, matcher.embed_dim, matcher.image_size,
+                               None, device, matcher.clip())  # towers only: nothing loaded
+    return auto_method(config, None)
 
 
 def check_applies(input: PathLike, method: str, columns: Columns, scale: ScaleOptions) -> None:
@@ -299,12 +305,15 @@ def check_applies(input: PathLike, method: str, columns: Columns, scale: ScaleOp
 def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, cut, stages,
          run, device, n, scratch: Path, progress):
     """The fit: one pass (:func:`score_corpus`) over the sample, kept."""
+    from ncclean.methods.base import make_method
     from ncclean.pipeline.keep import fit_from_state
     from ncclean.pipeline.score import score_corpus
     from ncclean.stages.run import significance_mode
 
+    chosen = make_method(method, params)
     sample, held_out = scratch / "sample.parquet", scratch / "held-out.parquet"
-    write_sample(shards, scan, id_name, n, sample, held_out if method == "gmm" else None)
+    write_sample(shards, scan, id_name, n, sample,
+                 held_out if chosen.calibrates_on_held_out else None)
     total = scan.total
     states: dict = {}
     score_corpus(sample, scratch / "sample-scored.parquet", method, params, columns, matcher,
@@ -313,9 +322,6 @@ def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, c
     from ncclean.pipeline.fit import check_method_applies
 
     check_method_applies(method, states["config"])
-    from ncclean.methods.base import make_method
-
-    chosen = make_method(method, params)
     fit = fit_from_state(states, chosen, run.seed, significance_mode(stages, states["result"]),
                          stages.pseudo_captions, n_corpus=total)
     fit.meta["sample"] |= {"n_corpus": total, "fit_sample": n}
@@ -356,8 +362,6 @@ def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds
         "options": {"scale": as_record(scale), "run": as_record(run)},
         "estimated_noise_rate": fit.meta["noise_rate"], "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts,
-        "empty_shards": [s.stem for s in list_shards(input) if s.stem not in
-                         {r["stem"] for r in reports}],
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
         "seconds": seconds,
     } | (extra or {})

@@ -34,13 +34,11 @@ VERSION = "1"  # bump when what an embedded shard holds changes
 class Embedded:
     """What the embed stage gives: the shards to score (Parquet files with the vector columns,
     the input shards' stems), the columns to read them with, the columns not to write back
-    (``hidden``) and to write as nulls (``nulled``), and how many shards were embedded now or
-    found in the cache."""
+    (``hidden``), and how many shards were embedded now or found in the cache."""
 
     shards: list[InputShard]
     columns: Columns
     hidden: tuple[str, ...]
-    nulled: dict[str, tuple[str, ...]]
     computed: int
     cached: int
     identity: str
@@ -49,6 +47,14 @@ class Embedded:
 def needs_vectors(columns: Columns) -> bool:
     """Whether a sharded run must embed its corpus first (no vector columns named)."""
     return not (columns.image_emb and columns.text_emb)
+
+
+def vector_columns(columns: Columns) -> Columns:
+    """The columns a sharded run reads its vectors from: ``columns``' own, or the embed
+    stage's."""
+    if not needs_vectors(columns):
+        return columns
+    return replace(columns, image_emb=IMAGE_EMB, text_emb=TEXT_EMB)
 
 
 def check_towers() -> None:
@@ -83,10 +89,8 @@ def embed_stage(shards: list[InputShard], columns: Columns, cache: Path | None,
             computed += 1
         embedded.append(InputShard(dest, shard.stem, "parquet"))
     progress("embedding shards", len(shards), len(shards))
-    nulled = {s.stem: (columns.image,) for s in shards if s.kind == "webdataset"}
-    return Embedded(shards=embedded,
-                    columns=replace(columns, image_emb=IMAGE_EMB, text_emb=TEXT_EMB),
-                    hidden=(IMAGE_EMB, TEXT_EMB), nulled=nulled, computed=computed,
+    return Embedded(shards=embedded, columns=vector_columns(columns),
+                    hidden=(IMAGE_EMB, TEXT_EMB), computed=computed,
                     cached=len(shards) - computed, identity=identity)
 
 
