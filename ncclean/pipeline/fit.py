@@ -94,6 +94,8 @@ def save_fit(fit: Fit, path: str | os.PathLike) -> str:
     arrays = {name: np.ascontiguousarray(value) for name, value in sorted(fit.arrays.items())}
     with atomic_path(folder / ARRAYS_NAME) as tmp:
         save_file(arrays, str(tmp), metadata={"format": FORMAT})
+    # the fit says what it holds, so that a reader checks it whole without knowing the method
+    fit.meta |= {"arrays": sorted(arrays), "matcher_file": fit.matcher is not None}
     write_json(folder / JSON_NAME, fit.meta)
     if fit.matcher is not None:
         from ncclean.models.checkpoint import save_matcher
@@ -152,19 +154,19 @@ def load_fit(path: str | os.PathLike, device: str = "cpu") -> Fit:
 
 _META = {"method": str, "params": dict, "seed": int, "columns": dict, "widths": list,
          "matcher": dict, "cut": dict, "columns_out": dict, "sample": dict}
-_SAMPLE = ("sample.key", "ids.key", "sample.clean_prob", "sample.partition", "sample.significance",
-           "sample.donor")
-_ARRAYS = {"clip": ("table.x", "table.y", "captions.key", "captions.count"),
-           "gmm": ("table.x", "table.y", "captions.key", "captions.count", "negatives.images",
-                   "negatives.texts", "negatives.image_key", "negatives.text_key")}
+_EVERY_FORMAT = ("sample.key", "sample.clean_prob", "sample.partition", "sample.significance",
+                 "sample.donor", "table.x", "table.y", "captions.key", "captions.count")
+"""The arrays a fit of any format holds; one of this format lists its own (``arrays``)."""
 
 
 def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
     """:class:`FitError` naming what is missing or inconsistent in a fit read from ``folder``:
-    a record entry, an array, the sample's arrays of unequal lengths, a method that cannot be
-    applied, a ``gmm`` fit without its matcher."""
+    a record entry, an array it lists (older formats: those every fit holds), the sample's
+    arrays of unequal lengths, a method that cannot be applied, the matcher it was saved with."""
     where = f"--fit {folder}"
-    for key, kind in _META.items():
+    expected = dict(_META) | ({"arrays": list, "matcher_file": bool}
+                              if meta.get("format") == FORMAT else {})
+    for key, kind in expected.items():
         if not isinstance(meta.get(key), kind):
             raise FitError(f"{where}: {JSON_NAME} lacks a valid {key!r}; the fit is damaged "
                            "(write it again with score --save-fit)")
@@ -172,7 +174,8 @@ def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
     if method not in APPLIES:
         raise FitError(f"{where}: a fit of method {method!r}, which cannot be applied (fits are "
                        f"of {', '.join(APPLIES)})")
-    wanted = _SAMPLE + _ARRAYS[method] + tuple(f"column.{c}" for c in meta["columns_out"])
+    wanted = tuple(meta.get("arrays", _EVERY_FORMAT)) + \
+        tuple(f"column.{c}" for c in meta["columns_out"])
     missing = [name for name in wanted if name not in arrays]
     if missing:
         raise FitError(f"{where}: {ARRAYS_NAME} lacks {missing[0]!r}; the fit is damaged "
@@ -184,9 +187,10 @@ def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
         name = uneven[0] if uneven else "table.y"
         raise FitError(f"{where}: {ARRAYS_NAME}'s {name!r} has {len(arrays[name])} entries "
                        f"where the sample has {n}; the fit is damaged")
-    if method == "gmm" and not (folder / MATCHER_NAME).exists():
-        raise FitError(f"{where}: a gmm fit needs its {MATCHER_NAME}, which is missing; copy "
-                       "the whole fit folder")
+    # older formats: a fit of a trained matcher's pool losses kept its margin and its matcher
+    if meta.get("matcher_file", "margin" in meta) and not (folder / MATCHER_NAME).exists():
+        raise FitError(f"{where}: a {method} fit needs its {MATCHER_NAME}, which is missing; "
+                       "copy the whole fit folder")
 
 
 def _one_line(error: BaseException) -> str:

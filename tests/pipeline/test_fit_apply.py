@@ -234,3 +234,20 @@ def test_a_fit_of_the_first_format_applies_without_bands_and_others_are_refused(
     path.write_text(json.dumps(meta | {"format": "ncclean-fit/9"}))
     with pytest.raises(FitError, match="expected 'ncclean-fit/1' or"):
         load_fit(tmp_path / "fit")
+
+
+def test_a_fit_of_the_second_format_without_this_formats_arrays_applies_by_content(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    pq.write_table(vector_table(240), tmp_path / "in.parquet")
+    run(tmp_path / "in.parquet", tmp_path / "one.parquet", save_fit=tmp_path / "fit",
+        fit_sample=1000)
+    path, arrays_path = tmp_path / "fit" / "fit.json", tmp_path / "fit" / "fit.safetensors"
+    meta = json.loads(path.read_text())
+    older = {k: v for k, v in meta.items() if k not in ("arrays", "matcher_file")}
+    path.write_text(json.dumps(older | {"format": "ncclean-fit/2"}))  # as /2 wrote it: no
+    save_file({k: v for k, v in load_file(str(arrays_path)).items() if k != "ids.key"},
+              str(arrays_path))  # id keys, no list of its arrays
+    assert load_fit(tmp_path / "fit").meta["format"] == "ncclean-fit/2"
+    summary = run(tmp_path / "in.parquet", tmp_path / "applied.parquet", fit=tmp_path / "fit")
+    assert summary.n_pairs == 240
