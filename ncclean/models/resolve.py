@@ -46,6 +46,12 @@ def require_columns(config, columns: Columns) -> None:
             raise BadOptionError(f"the {tower.name} {tower.modality} encoder needs {option}")
 
 
+def column_tower(encoder: str, column: str | None) -> str:
+    """``auto`` picks the vector column of its side when one is named; any other choice, or
+    ``auto`` with no column named, stays as it is."""
+    return "column" if encoder == "auto" and column else encoder
+
+
 def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embed_dim: int,
                     image_size: int, load_matcher: PathLike | None, device: str,
                     clip: dict | None = None):
@@ -65,10 +71,12 @@ def matcher_config(columns: Columns, image_encoder: str, text_encoder: str, embe
         config = initial.config
     else:
         fallback = default_towers()
-        image_tower = image_encoder if image_encoder != "auto" else \
-            ("column" if columns.image_emb else "clip" if has_clip else fallback[0])
-        text_tower = text_encoder if text_encoder != "auto" else \
-            ("column" if columns.text_emb else "clip" if has_clip else fallback[1])
+        image_tower = column_tower(image_encoder, columns.image_emb)
+        text_tower = column_tower(text_encoder, columns.text_emb)
+        if image_tower == "auto":
+            image_tower = "clip" if has_clip else fallback[0]
+        if text_tower == "auto":
+            text_tower = "clip" if has_clip else fallback[1]
         if image_tower not in IMAGE_TOWERS or text_tower not in TEXT_TOWERS:
             raise BadOptionError(f"encoders: image one of {IMAGE_TOWERS}, text one of "
                                  f"{TEXT_TOWERS}; got {image_encoder!r}, {text_encoder!r}")

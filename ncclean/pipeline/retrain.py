@@ -80,11 +80,6 @@ def pa_mask_rows(rows: np.ndarray):
     return pa.array(np.asarray(rows, dtype=np.int64))
 
 
-def _named_column(encoder: str, column: str | None) -> str:
-    """``column`` for an ``auto`` tower whose embedding column is named, else ``encoder``."""
-    return "column" if encoder == "auto" and column else encoder
-
-
 def _read(path: PathLike, what: str, columns: Columns, **kwargs):
     """``read_corpus`` with the file named in a column error (scored file or test file)."""
     from ncclean.data.corpus import read_corpus
@@ -149,8 +144,10 @@ def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str | None,
     settings = scored.sidecar.get("matcher")
     if settings is None:  # no record of the towers (a sharded run's folder, a hand-made file):
         # as score's auto, a named embedding column is its side's tower
-        image_encoder = _named_column(image_encoder, columns.image_emb)
-        text_encoder = _named_column(text_encoder, columns.text_emb)
+        from ncclean.models.resolve import column_tower
+
+        image_encoder = column_tower(image_encoder, columns.image_emb)
+        text_encoder = column_tower(text_encoder, columns.text_emb)
         settings = {}
     matcher_config = override_towers(
         MatcherConfig.from_dict({k: v for k, v in settings.items() if k != "vocab"}),
