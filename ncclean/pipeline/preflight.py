@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ncclean.data.scored import FOLDER_RECORD
 from ncclean.data.shards import InputShard
 from ncclean.errors import BadOptionError, FitError, OutputError
 
@@ -30,6 +31,7 @@ def check_output(input: PathLike, out: Path, to_folder: bool) -> None:
     a folder is asked for (``-o DIR/``), created (remembered, so a failed run removes it) and
     writable. :class:`OutputError` otherwise, before any work."""
     from ncclean.data.atomic import make_folder, probe_writable
+    from ncclean.data.parquet import check_output_path
 
     source = Path(input).resolve()
     target = out.resolve()
@@ -41,12 +43,9 @@ def check_output(input: PathLike, out: Path, to_folder: bool) -> None:
             raise OutputError(f"-o {out}: a file is in the way (a corpus of shards is written "
                               "to a folder); give a new folder name")
         make_folder(out)
-        probe_writable(out / "ncclean.json")
+        probe_writable(out / FOLDER_RECORD)
     else:
-        if out.is_dir():
-            raise OutputError(f"{out} is a folder; give a file name for the output")
-        make_folder(out.parent)
-        probe_writable(out)
+        check_output_path(out)  # a file: not a folder, its folder made and probed
 
 
 def check_save_fit(path: PathLike | None) -> None:
