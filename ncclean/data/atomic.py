@@ -56,8 +56,7 @@ def forget_created_folders() -> None:
     _SCRATCH_PARENTS.clear()
 
 
-_PLANNED: list[Path] = []
-_PLANNED_SET: set[Path] = set()
+_PLANNED: dict[Path, None] = {}  # in plan order
 _COMPLETE: set[Path] = set()
 
 
@@ -65,8 +64,7 @@ def plan_outputs(paths: Iterable[str | os.PathLike]) -> None:
     """Note the outputs this run writes one by one and keeps, each complete, when it stops
     early (a sharded run's shards: the rerun skips them), so that an interrupted run can say
     which it kept (:func:`kept_outputs`)."""
-    _PLANNED.extend(Path(p) for p in paths)
-    _PLANNED_SET.update(_PLANNED)
+    _PLANNED.update(dict.fromkeys(Path(p) for p in paths))
 
 
 def mark_complete(path: str | os.PathLike) -> None:
@@ -82,7 +80,6 @@ def kept_outputs() -> tuple[list[Path], int]:
 def forget_outputs() -> None:
     """Start a new run's plan (:func:`plan_outputs`)."""
     _PLANNED.clear()
-    _PLANNED_SET.clear()
     _COMPLETE.clear()
 
 
@@ -102,8 +99,7 @@ def remove_stale_temps(dest: str | os.PathLike) -> list[Path]:
     removed = []
     pattern = f".{glob_escape(dest.name)}{TEMP_MARK}*.tmp"
     for tmp in dest.parent.glob(pattern):
-        pid_text = tmp.name[len(dest.name) + 1 + len(TEMP_MARK):].split("-", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        if not _dead(tmp.name[len(dest.name) + 1 + len(TEMP_MARK):]):
             continue
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -162,8 +158,7 @@ def remove_stale_scratch(parent: str | os.PathLike) -> list[Path]:
     if not parent.is_dir():
         return removed
     for folder in parent.glob(f"{SCRATCH_MARK}*"):
-        pid_text = folder.name[len(SCRATCH_MARK):].split("-", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        if not _dead(folder.name[len(SCRATCH_MARK):]):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
@@ -172,6 +167,13 @@ def remove_stale_scratch(parent: str | os.PathLike) -> list[Path]:
 
 def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def _dead(named: str) -> bool:
+    """Whether ``named`` (``<pid>-<random>...``, the end of one of our temporary names) names
+    a process that is gone."""
+    pid_text = named.split("-", 1)[0]
+    return pid_text.isdigit() and not _alive(int(pid_text))
 
 
 def _alive(pid: int) -> bool:
@@ -243,7 +245,7 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, mode)  # again: some writers (safetensors) replace the file they are given
         os.replace(tmp, dest)
-        if dest in _PLANNED_SET:  # a planned output, complete the moment it is in place
+        if dest in _PLANNED:  # a planned output, complete the moment it is in place
             _COMPLETE.add(dest)
     except BaseException as error:
         tmp.unlink(missing_ok=True)

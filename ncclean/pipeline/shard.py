@@ -4,7 +4,8 @@ its output shard atomically with the completion mark (:func:`ncclean.data.shards
 or skip it when it is already complete. A shard's working files (a decoded tar, a copy in
 smaller row groups) live in a scratch folder beside its output
 (:func:`ncclean.data.atomic.scratch_folder`), and the outputs complete so far are noted
-(:func:`ncclean.data.atomic.mark_complete`) so that an interrupted run can say what it kept.
+(:func:`ncclean.data.atomic.plan_outputs`; a skipped shard through :func:`mark_complete`) so
+that an interrupted run can say what it kept.
 """
 
 from __future__ import annotations
@@ -114,9 +115,7 @@ def apply_shard(fit, job: ShardJob, columns: Columns, run: RunOptions, device: s
     if not job.mark:  # a single output file gets its own sidecar, as one pass writes
         write_json(sidecar_path(job.out), {"fit": fit.hash, "n_rows": totals["n_rows"],
                                            "partition_counts": totals["partition_counts"]})
-    else:
-        mark_complete(job.out)
-    return report | {"skipped": False}
+    return report | {"skipped": False}  # a planned output counts as kept once in place
 
 
 def found_complete(job: ShardJob, fit_hash: str, write: str) -> bool:
