@@ -267,6 +267,10 @@ class Method(ABC):
     #: (:func:`ncclean.pipeline.keep.calibrate`): its own sample's scores run lower than a
     #: new pair's.
     calibrates_on_held_out: ClassVar[bool] = False
+    #: What a saved fit of this method holds beyond every fit's arrays, and whether it needs
+    #: the trained matcher to score a pair it did not train on (:mod:`ncclean.pipeline.fit`).
+    fit_arrays: ClassVar[tuple[str, ...]] = ()
+    fit_needs_matcher: ClassVar[bool] = False
     #: Where the method departs from its paper, one sentence each (``ncclean methods NAME``).
     departures: ClassVar[tuple[str, ...]] = ()
 

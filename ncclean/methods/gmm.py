@@ -300,6 +300,9 @@ class GMM(Method):
 
     name: ClassVar[str] = "gmm"
     calibrates_on_held_out: ClassVar[bool] = True
+    fit_arrays: ClassVar[tuple[str, ...]] = ("negatives.images", "negatives.texts",
+                                             "negatives.image_key", "negatives.text_key")
+    fit_needs_matcher: ClassVar[bool] = True
     summary: ClassVar[str] = ("NCR (NeurIPS 2021): GMM on per-pair losses of two co-teaching "
                               "matchers, rectified soft margins")
     departures: ClassVar[tuple[str, ...]] = CO_DIVISION_DEPARTURES + (

@@ -161,8 +161,9 @@ _EVERY_FORMAT = ("sample.key", "sample.clean_prob", "sample.partition", "sample.
 
 def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
     """:class:`FitError` naming what is missing or inconsistent in a fit read from ``folder``:
-    a record entry, an array it lists (older formats: those every fit holds), the sample's
-    arrays of unequal lengths, a method that cannot be applied, the matcher it was saved with."""
+    a record entry, an array it lists (older formats: those every fit holds) or its method
+    declares, the sample's arrays of unequal lengths, a method that cannot be applied, the
+    matcher it was saved with or its method needs."""
     where = f"--fit {folder}"
     expected = dict(_META) | ({"arrays": list, "matcher_file": bool}
                               if meta.get("format") == FORMAT else {})
@@ -174,8 +175,11 @@ def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
     if method not in APPLIES:
         raise FitError(f"{where}: a fit of method {method!r}, which cannot be applied (fits are "
                        f"of {', '.join(APPLIES)})")
-    wanted = tuple(meta.get("arrays", _EVERY_FORMAT)) + \
-        tuple(f"column.{c}" for c in meta["columns_out"])
+    from ncclean.methods.base import get_method
+
+    kind = get_method(method)  # what a fit of it must hold, as the method declares
+    wanted = tuple(dict.fromkeys((*meta.get("arrays", _EVERY_FORMAT), *kind.fit_arrays,
+                                  *(f"column.{c}" for c in meta["columns_out"]))))
     missing = [name for name in wanted if name not in arrays]
     if missing:
         raise FitError(f"{where}: {ARRAYS_NAME} lacks {missing[0]!r}; the fit is damaged "
@@ -187,8 +191,8 @@ def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
         name = uneven[0] if uneven else "table.y"
         raise FitError(f"{where}: {ARRAYS_NAME}'s {name!r} has {len(arrays[name])} entries "
                        f"where the sample has {n}; the fit is damaged")
-    # older formats: a fit of a trained matcher's pool losses kept its margin and its matcher
-    if meta.get("matcher_file", "margin" in meta) and not (folder / MATCHER_NAME).exists():
+    if (kind.fit_needs_matcher or meta.get("matcher_file")) and \
+            not (folder / MATCHER_NAME).exists():
         raise FitError(f"{where}: a {method} fit needs its {MATCHER_NAME}, which is missing; "
                        "copy the whole fit folder")
 

@@ -153,6 +153,8 @@ def _damage(fit: Path, how: str) -> None:
                                                   if k != "method"}))
     elif how == "other-method":
         (fit / "fit.json").write_text(json.dumps(meta | {"method": "pc2"}))
+    elif how == "says-gmm":  # a clip fit's arrays under gmm's name: no pool, no matcher
+        (fit / "fit.json").write_text(json.dumps(meta | {"method": "gmm"}))
     elif how == "array-missing":
         save_file({k: v for k, v in arrays.items() if k != "table.y"},
                   str(fit / "fit.safetensors"))
@@ -164,8 +166,8 @@ def _damage(fit: Path, how: str) -> None:
         (fit / "fit.safetensors").write_bytes(data[: len(data) // 2])
 
 
-@pytest.mark.parametrize("how", ["json-list", "no-method", "other-method", "array-missing",
-                                 "uneven", "truncated"])
+@pytest.mark.parametrize("how", ["json-list", "no-method", "other-method", "says-gmm",
+                                 "array-missing", "uneven", "truncated"])
 def test_a_damaged_fit_is_one_line_and_leaves_no_folder(saved_fit, tmp_path, capsys, how):
     _damage(saved_fit, how)
     target = tmp_path / "new" / "out"
