@@ -152,8 +152,8 @@ def score(
 
     run = groups["run"]
     check_write(input, columns, run.write)  # a scores-only output needs an id, asked first
-    scale = resolve_scale(input, default_output(input) if output is None else output, method,
-                          columns, scale)
+    scale = resolve_scale(input, default_output(input) if output is None else output, columns,
+                          scale)
     sharded = wants_shards(input, output, scale) if output is not None else scale.asked
     if not sharded or output is None:  # a bad output fails before torch is imported
         output = prepare_output(input, output)

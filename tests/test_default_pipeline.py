@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from ncclean import api
+from ncclean.methods.choose import auto_method
 from ncclean.models.matcher import MatcherConfig
 from ncclean.models.registry import DEFAULT_TOWERS, default_towers
-from ncclean.pipeline.score import auto_method
 
 
 def test_auto_towers_are_the_pretrained_ones_when_installed(monkeypatch):

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ncclean.errors import BadOptionError, UnknownMethodError
+from ncclean.methods.applied import Application, MatcherSimilarity
 from ncclean.progress import Progress, no_progress
 
 ENTRY_POINT_GROUP = "ncclean.methods"
@@ -263,14 +264,9 @@ class Method(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     trains_matcher: ClassVar[bool] = True
-    #: A fit on a sample of a larger corpus calibrates this method's scores on held-out pairs
-    #: (:func:`ncclean.pipeline.keep.calibrate`): its own sample's scores run lower than a
-    #: new pair's.
-    calibrates_on_held_out: ClassVar[bool] = False
-    #: What a saved fit of this method holds beyond every fit's arrays, and whether it needs
-    #: the trained matcher to score a pair it did not train on (:mod:`ncclean.pipeline.fit`).
-    fit_arrays: ClassVar[tuple[str, ...]] = ()
-    fit_needs_matcher: ClassVar[bool] = False
+    #: How a fit of this method on a sample scores a pair it did not train on
+    #: (:mod:`ncclean.methods.applied`): by default the final matcher's cosine, read by quantile.
+    application: ClassVar[Application] = MatcherSimilarity()
     #: Where the method departs from its paper, one sentence each (``ncclean methods NAME``).
     departures: ClassVar[tuple[str, ...]] = ()
 

@@ -51,6 +51,7 @@ from ncclean.methods.align import (
     pair_sums,
     unalignable,
 )
+from ncclean.methods.applied import Application, Kept
 from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.conventions import convention_discount, held_out_similarity
 from ncclean.methods.mixture import fit_clean_posterior
@@ -96,6 +97,68 @@ CROSS_FIT_WIDTHS = 3
 CROSS_FIT_FOLDS = 10
 
 
+class ClipSimilarity(Application):
+    """``clip``'s application: a new pair's ``clip_sim`` is the cosine of its unit vectors (after
+    the fit's CCA when there is one; a loaded matcher's embeddings when one was loaded); a
+    caption the fit discounted as a convention (a repeated caption of the sample) loses the same
+    discount, any other none; ``clean_prob`` is read from the sample's own table of that signal
+    (the null's local false discovery rate, the mixture's posterior or the top-fraction rule):
+    the space was not trained on the sample's pairs, so no held-out calibration is needed."""
+
+    needs_matcher = False
+    held_out = False
+
+    def sample_embeddings(self, result, features, device: str) -> Embeddings:
+        return result.embeddings
+
+    def keep(self, method, result, features, embeddings, clean_prob, caption_key, seed) -> Kept:
+        arrays: dict[str, np.ndarray] = {}
+        meta: dict = {"signal": "clip_sim", "space": "raw" if result.matcher is None else
+                      "matcher"}
+        if result.alignment is not None:  # the CCA clip fitted, kept for the applied pairs
+            for name in ("image_mean", "text_mean", "image_projection", "text_projection"):
+                arrays[f"align.{name}"] = np.asarray(getattr(result.alignment, name))
+            meta["alignment"] = result.alignment.describe()
+        signal = np.asarray(result.columns["clip_sim"], dtype=np.float64)
+        if "clip_convention" in result.columns:  # a repeated caption's discount holds for all
+            discount = np.asarray(result.columns["clip_convention"], dtype=np.float64)
+            keys, first, counts = np.unique(caption_key, return_index=True, return_counts=True)
+            kept = (counts > 1) & (discount[first] > 0)
+            arrays["convention.key"] = keys[kept]
+            arrays["convention.discount"] = discount[first][kept]
+            meta["signal"] = "clip_sim - clip_convention"
+            signal = signal - discount
+        return Kept(signal, np.asarray(clean_prob, np.float64), arrays, meta,
+                    keeps_matcher=result.matcher is not None)
+
+    def embeddings(self, arrays, matcher, features, device: str) -> Embeddings:
+        if matcher is not None:
+            return embed(matcher, features, device, dtype=np.float32)
+        raw = raw_embeddings(features)
+        if "align.image_mean" not in arrays:
+            return raw
+        alignment = Alignment(arrays["align.image_mean"], arrays["align.text_mean"],
+                              arrays["align.image_projection"], arrays["align.text_projection"],
+                              np.zeros(0), 0.0)
+        return Embeddings(images=alignment.project_images(raw.images),
+                          texts=alignment.project_texts(raw.texts))
+
+    def signal(self, arrays, meta, features, embeddings, columns, new, caption_key) -> np.ndarray:
+        from ncclean.data.shards import find_sorted
+
+        similarity = embeddings.pair_similarity(features)
+        columns["clip_sim"][new] = similarity
+        signal = similarity.astype(np.float64)
+        if "clip_convention" in columns:  # the fit's discount of a repeated caption, else none
+            at, seen = find_sorted(arrays["convention.key"], caption_key)
+            discount = np.zeros(len(caption_key))
+            discount[seen] = arrays["convention.discount"][at[seen]]
+            columns["clip_convention"][new] = discount
+            signal -= discount
+        return signal
+
+
+
 @dataclass
 class Clip(Method):
     """Cosine similarity, then a clean probability against shuffled pairs or from a
@@ -107,6 +170,7 @@ class Clip(Method):
                               "training on embeddings (two encoders' columns: a CCA fitted on the "
                               "corpus first)")
     trains_matcher: ClassVar[bool] = False
+    application: ClassVar[Application] = ClipSimilarity()
     departures: ClassVar[tuple[str, ...]] = (
         "Unless keep_fraction is set, clean_prob is a probability (one minus the local false "
         "discovery rate against shuffled pairs, or a mixture posterior), not DataComp's "
@@ -333,3 +397,4 @@ def _cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> 
         return lambda image_entries, text_entries: alignment.pair_cosine(
             raw.images, raw.texts, image_entries, text_entries)
     return space
+

@@ -99,6 +99,8 @@ def parse_pieces(pieces: tuple[int, ...] | str | None) -> tuple[int, ...] | None
         except ValueError:
             raise BadOptionError(f"parameter 'pieces' of 'crcl': epochs per piece like 7,7,7,32, "
                                  f"got {pieces!r}") from None
+    if isinstance(pieces, int) and not isinstance(pieces, bool):
+        pieces = (pieces,)  # one piece of that many epochs
     if not pieces:
         return None
     pieces = tuple(int(p) for p in pieces)

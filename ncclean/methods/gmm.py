@@ -22,8 +22,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
+from ncclean.methods.applied import Application
 from ncclean.methods.base import Context, Method, MethodResult, param
 from ncclean.methods.mixture import MixtureFit, PosteriorMean, clean_split, fit_clean_posterior
+from ncclean.methods.pool_loss import PoolLoss
 from ncclean.models.features import Batch, Features
 from ncclean.models.matcher import Ensemble
 from ncclean.train.loop import TrainConfig, train
@@ -299,10 +301,7 @@ class GMM(Method):
     epochs follow :func:`schedule`."""
 
     name: ClassVar[str] = "gmm"
-    calibrates_on_held_out: ClassVar[bool] = True
-    fit_arrays: ClassVar[tuple[str, ...]] = ("negatives.images", "negatives.texts",
-                                             "negatives.image_key", "negatives.text_key")
-    fit_needs_matcher: ClassVar[bool] = True
+    application: ClassVar[Application] = PoolLoss()
     summary: ClassVar[str] = ("NCR (NeurIPS 2021): GMM on per-pair losses of two co-teaching "
                               "matchers, rectified soft margins")
     departures: ClassVar[tuple[str, ...]] = CO_DIVISION_DEPARTURES + (

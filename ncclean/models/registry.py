@@ -393,6 +393,16 @@ def needs(config: MatcherConfig, need: str) -> bool:
     return any(need in t.needs for t in towers(config))
 
 
+def reads_columns(config: MatcherConfig) -> bool:
+    """Whether both towers of ``config`` read precomputed vector columns."""
+    return all(tower.needs == {"column"} for tower in towers(config))
+
+
+def pretrained_installed() -> bool:
+    """Whether the default towers are the pretrained ones (their packages import)."""
+    return default_towers() == DEFAULT_TOWERS["pretrained"]
+
+
 def pixel_size(config: MatcherConfig) -> int | None:
     """The side at which a corpus's images must be decoded for ``config``'s matcher before its
     features are built, or ``None`` when no decoded pixels are needed up front."""

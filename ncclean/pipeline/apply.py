@@ -1,25 +1,14 @@
 """Apply a fit to one shard: every pair scored with the fitted state, no training.
 
 A pair of the fit sample (the same id, vectors and caption: :func:`~.fit.sample_keys`) is
-written as the fit holds it: as the fit's one pass wrote
-it, except for a ``gmm`` fit sampled from a larger corpus, whose sample keeps the one pass's
-ranking on the held-out pairs' scale and is cut and searched as below
-(:func:`ncclean.pipeline.keep.rescale_sample`). Any other pair is scored with the fitted state,
-per method:
-
-- ``clip``: the cosine of its unit vectors (after the fitted CCA when there is one) is
-  ``clip_sim``; a caption the fit discounted as a convention (``clip_convention``, a repeated
-  caption of the sample: :mod:`ncclean.methods.conventions`) loses the same discount, any other
-  none; ``clean_prob`` is read from the sample's table of that signal to ``clean_prob``
-  by linear interpolation (clamped at the ends), so a pair between two sample pairs gets a
-  probability between theirs: the null's local false discovery rate, the mixture's posterior,
-  or the top-fraction rule, whichever the fit used;
-- ``gmm``: the final matcher's embeddings; ``gmm_sim`` their cosine and ``gmm_loss`` the mean
-  hinge loss against the fit's fixed pool of 1,024 sample pairs (a pool negative showing the
-  pair's own image or caption vector is left out); ``clean_prob`` is the posterior of the
-  two-component mixture fitted to held-out pairs' losses against the same pool
-  (:func:`ncclean.pipeline.keep.calibrate`). ``gmm_label`` (NCR's rectified label, a training
-  quantity) is null.
+written as the fit holds it: as the fit's one pass wrote it, except where the method's
+application put the sample on the held-out pairs' scale (its ranking kept, then cut and searched
+as below: :func:`ncclean.pipeline.keep.rescale_sample`). Any other pair is scored with the
+fitted state by the method's application (:mod:`ncclean.methods.applied`): embedded in the
+fit's space, its signal computed (the method's columns it can compute filled in, the others
+null), and its ``clean_prob`` read from the fit's table of that signal by linear interpolation
+(clamped at the ends), so a pair between two of the table's pairs gets a probability between
+theirs.
 
 Then the cut (the fit's resolved thresholds; a caption's count is the larger of its count in the
 fit sample and in the shard; a noise-rate cut becomes the fit's clean probability threshold), the
@@ -47,6 +36,7 @@ from ncclean.data.results import (
     result_columns,
 )
 from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
+from ncclean.methods.base import get_method
 from ncclean.options import Cut
 from ncclean.pipeline.fit import FORMAT, Fit, FitError, sample_keys
 from ncclean.stages.index import over_budget, rescored
@@ -99,9 +89,11 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
 
     if len(new):
         sub = features.subset(new)
-        embeddings = _embeddings(fit, sub, device)
+        application = get_method(fit.meta["method"]).application
+        embeddings = application.embeddings(fit.arrays, fit.matcher, sub, device)
         caption_key = text_keys([corpus.captions[r] for r in features.rows])
-        signal = _signal(fit, sub, embeddings, columns, new, caption_key[new])
+        signal = application.signal(fit.arrays, fit.meta, sub, embeddings, columns, new,
+                                    caption_key[new])
         clean_prob[new] = np.interp(signal, fit.arrays["table.x"], fit.arrays["table.y"])
         counts = caption_counts(fit, caption_key, shard_captions)[new]
         parts[new] = _cut(fit, clean_prob[new], counts)
@@ -148,71 +140,6 @@ def _donor_columns(fit: Fit, entry: np.ndarray, id_type: pa.DataType) -> tuple[p
     text = [captions[e] if e >= 0 else None for e in entry]
     id_text = pa.array([ids[e] if e >= 0 else None for e in entry], pa.string())
     return pa.array(text, pa.string()), id_text.cast(id_type)
-
-
-def _embeddings(fit: Fit, features, device: str) -> Embeddings:
-    """The pairs' embeddings in the fit's space (unit vectors, float32)."""
-    if fit.meta["method"] == "gmm":
-        from ncclean.train.scoring import embed
-
-        return embed(fit.matcher, features, device, dtype=np.float32)
-    from ncclean.methods.clip import raw_embeddings
-
-    raw = raw_embeddings(features)
-    if "align.image_mean" not in fit.arrays:
-        return raw
-    from ncclean.methods.align import Alignment
-
-    a = fit.arrays
-    alignment = Alignment(a["align.image_mean"], a["align.text_mean"], a["align.image_projection"],
-                          a["align.text_projection"], np.zeros(0), 0.0)
-    return Embeddings(images=alignment.project_images(raw.images),
-                      texts=alignment.project_texts(raw.texts))
-
-
-def _signal(fit: Fit, features, embeddings: Embeddings, columns: dict, new: np.ndarray,
-            caption_key: np.ndarray):
-    """The per-pair signal of ``features``' pairs (and the method's columns filled in at
-    ``new``); ``caption_key`` ``(n,) uint64``: their captions' keys."""
-    similarity = embeddings.pair_similarity(features)
-    if fit.meta["method"] == "clip":
-        columns["clip_sim"][new] = similarity
-        signal = similarity.astype(np.float64)
-        if "clip_convention" in columns:  # the fit's discount of a repeated caption, else none
-            at, seen = find_sorted(fit.arrays["convention.key"], caption_key)
-            discount = np.zeros(len(caption_key))
-            discount[seen] = fit.arrays["convention.discount"][at[seen]]
-            columns["clip_convention"][new] = discount
-            signal -= discount
-        return signal
-    losses = pool_losses(fit, features, embeddings)
-    columns["gmm_sim"][new] = similarity
-    columns["gmm_loss"][new] = losses
-    if "gmm_label" in columns:
-        columns["gmm_label"][new] = np.nan
-    return losses.astype(np.float64)
-
-
-def pool_losses(fit: Fit, features, embeddings: Embeddings) -> np.ndarray:
-    """``(n,) float32``: each pair's mean hinge loss against the fit's fixed negative pool
-    (``gmm``), a pool pair showing the pair's own image or caption vector left out."""
-    a, margin = fit.arrays, fit.meta["margin"]
-    pool_images, pool_texts = torch.from_numpy(a["negatives.images"]), \
-        torch.from_numpy(a["negatives.texts"])
-    image_key = vector_keys(features.image_data)[features.image_group]
-    text_key = vector_keys(features.text_data)[features.text_group]
-    losses = np.empty(features.n_pairs, dtype=np.float32)
-    for start in range(0, features.n_pairs, _BLOCK):
-        rows = slice(start, start + _BLOCK)
-        img = torch.from_numpy(embeddings.images[features.image_group[rows]]).float()
-        txt = torch.from_numpy(embeddings.texts[features.text_group[rows]]).float()
-        positive = (img * txt).sum(dim=1, keepdim=True)
-        mask = torch.from_numpy((image_key[rows][:, None] != a["negatives.image_key"][None, :])
-                                & (text_key[rows][:, None] != a["negatives.text_key"][None, :]))
-        i2t = ((margin - positive + img @ pool_texts.T).clamp(min=0) * mask).sum(1)
-        t2i = ((margin - positive + txt @ pool_images.T).clamp(min=0) * mask).sum(1)
-        losses[rows] = ((i2t + t2i) / mask.sum(dim=1).clamp(min=1)).numpy()
-    return losses
 
 
 def _cut(fit: Fit, clean_prob: np.ndarray, counts: np.ndarray) -> np.ndarray:

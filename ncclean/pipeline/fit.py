@@ -38,7 +38,6 @@ from ncclean.errors import BadOptionError, FitError
 
 FORMAT = "ncclean-fit/3"  # /3: sample pairs keyed by id and content (/1 and /2: by id alone)
 READS = ("ncclean-fit/1", "ncclean-fit/2", FORMAT)  # older: no bands (/1); no sample lookup
-APPLIES = ("clip", "gmm")  # methods that can score a pair they did not train on
 JSON_NAME, ARRAYS_NAME, MATCHER_NAME = "fit.json", "fit.safetensors", "matcher.safetensors"
 
 
@@ -63,13 +62,13 @@ class Fit:
         return self.strings[name]
 
 
-def check_method_applies(method: str, config) -> None:
-    """:class:`BadOptionError` (one line) unless ``method`` can be fitted and applied with the
-    matcher configuration ``config``: ``clip`` and ``gmm`` on precomputed vector columns."""
-    if method not in APPLIES:
-        raise BadOptionError(f"a fit on a sample supports the methods {', '.join(APPLIES)} "
-                             f"(method {method!r} cannot yet score a pair it did not train on)")
-    if config is not None and (config.image_tower, config.text_tower) != ("column", "column"):
+def check_towers_apply(config) -> None:
+    """:class:`BadOptionError` (one line) unless a fit with the matcher configuration ``config``
+    can be applied shard by shard: its towers read precomputed vector columns (a sharded run
+    without them embeds each shard first, :mod:`ncclean.pipeline.vectors`)."""
+    from ncclean.models.registry import reads_columns
+
+    if config is not None and not reads_columns(config):
         raise BadOptionError("a fit on a sample needs precomputed vectors for now "
                              "(--image-emb-col and --text-emb-col)")
 
@@ -172,13 +171,14 @@ def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
             raise FitError(f"{where}: {JSON_NAME} lacks a valid {key!r}; the fit is damaged "
                            "(write it again with score --save-fit)")
     method = meta["method"]
-    if method not in APPLIES:
-        raise FitError(f"{where}: a fit of method {method!r}, which cannot be applied (fits are "
-                       f"of {', '.join(APPLIES)})")
+    from ncclean.errors import UnknownMethodError
     from ncclean.methods.base import get_method
 
-    kind = get_method(method)  # what a fit of it must hold, as the method declares
-    wanted = tuple(dict.fromkeys((*meta.get("arrays", _EVERY_FORMAT), *kind.fit_arrays,
+    try:  # what a fit of it must hold, as the method's application declares
+        application = get_method(method).application
+    except UnknownMethodError as error:
+        raise FitError(f"{where}: {error}") from None
+    wanted = tuple(dict.fromkeys((*meta.get("arrays", _EVERY_FORMAT), *application.arrays,
                                   *(f"column.{c}" for c in meta["columns_out"]))))
     missing = [name for name in wanted if name not in arrays]
     if missing:
@@ -191,7 +191,7 @@ def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
         name = uneven[0] if uneven else "table.y"
         raise FitError(f"{where}: {ARRAYS_NAME}'s {name!r} has {len(arrays[name])} entries "
                        f"where the sample has {n}; the fit is damaged")
-    if (kind.fit_needs_matcher or meta.get("matcher_file")) and \
+    if (application.needs_matcher or meta.get("matcher_file")) and \
             not (folder / MATCHER_NAME).exists():
         raise FitError(f"{where}: a {method} fit needs its {MATCHER_NAME}, which is missing; "
                        "copy the whole fit folder")

@@ -2,10 +2,12 @@
 
 The one pass (:func:`ncclean.pipeline.score.score_corpus`) hands its in-memory state to
 :func:`fit_from_state`, which keeps what :mod:`ncclean.pipeline.apply` needs to score any other
-pair the same way: the sample's own results, the signal-to-probability table, the alignment, the
-reference sets of the stages, the negative pool of ``gmm`` and the caption counts. A ``gmm`` fit
-sampled from a larger corpus calibrates its mixture on held-out pairs (:func:`calibrate`) and
-puts the sample on the same scale (:func:`rescale_sample`).
+pair the same way: the sample's own results, the signal-to-probability table and what the
+method's application keeps to compute the signal (:mod:`ncclean.methods.applied`), the
+reference sets of the stages and the caption counts. A fit sampled from a larger corpus
+recalibrates its table on held-out pairs (:func:`calibrate`) when the method's application says
+so, and, where that application asks for it, puts the sample on the same scale
+(:func:`rescale_sample`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from ncclean.records import as_record
 
 SIGNIFICANCE_BANK = 20_000  # SignificanceConfig's bank_size and bank_threshold, as in one pass
 SIGNIFICANCE_THRESHOLD = 0.9
-NEGATIVE_POOL = 1024  # gmm's fixed negative pool for pairs it did not train on
 
 
 def fit_from_state(state: dict, method, seed: int, significance_mode: str,
-                   pseudo_captions: bool, n_corpus: int | None = None) -> Fit:
+                   pseudo_captions: bool, n_corpus: int | None = None,
+                   device: str = "cpu") -> Fit:
     """A :class:`Fit` from ``state`` (what ``score_corpus`` hands ``on_scored``), ``method`` the
     fitted method object; ``n_corpus``: the pairs the fit will be applied to, when more than
     the sample (the donors kept are as many as the stage's budget allows for that many)."""
@@ -59,7 +61,13 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         arrays["sample.donor_score"] = np.asarray(stages.donor_score, np.float32)[order]
     arrays["sample.donor"] = sample_donor[order]
 
-    embeddings = result.embeddings
+    application = method.application
+    if application.needs_matcher and result.matcher is None and (n_corpus or 0) > features.n_pairs:
+        from ncclean.methods.applied import no_matcher
+
+        raise no_matcher()  # before any shard is applied
+    embeddings = application.sample_embeddings(result, features, device)
+    state["fit_embeddings"] = embeddings  # the space applied pairs are searched in
     meta_extra: dict = {}
     candidates = np.isin(parts, list(CLEAN))
     if significance_mode == "specificity" and stages.significance is not None:
@@ -93,8 +101,11 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     caption_key, count = np.unique(pair_caption_key, return_counts=True)
     arrays["captions.key"], arrays["captions.count"] = caption_key, count.astype(np.int64)
 
-    signal, prob = _signal(method, features, result, clean_prob, arrays, meta_extra, seed,
-                           pair_caption_key)
+    kept = application.keep(method, result, features, embeddings, clean_prob, seed=seed,
+                            caption_key=pair_caption_key)
+    arrays |= kept.arrays
+    meta_extra |= kept.meta
+    signal, prob = kept.signal, kept.prob
     arrays["table.x"], arrays["table.y"] = signal_table(signal, prob)
     cut = state["cut"]
     noisy = parts == "noisy"
@@ -113,82 +124,36 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         "sample": {"n_pairs": int(n), "content_hash":
                    hashlib.sha256(arrays["sample.key"].tobytes()).hexdigest()},
     } | meta_extra
-    return Fit(meta=meta, arrays=arrays, matcher=result.matcher if method.name == "gmm" else None)
-
-
-def _signal(method, features, result, clean_prob: np.ndarray, arrays: dict, meta: dict,
-            seed: int, caption_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(signal, probability)`` of the sample's pairs, ``(n,) float64`` each: what a pair not
-    trained on is read with. Also stores what computing the signal for another pair needs (the
-    alignment, the repeated captions' discounts, the negative pool). ``caption_key`` ``(n,)
-    uint64``: each pair's caption (:func:`~ncclean.data.shards.text_keys`)."""
-    if method.name == "clip":
-        alignment = result.alignment  # the CCA clip fitted, kept for the applied pairs
-        if alignment is not None:
-            for name in ("image_mean", "text_mean", "image_projection", "text_projection"):
-                arrays[f"align.{name}"] = np.asarray(getattr(alignment, name))
-            meta["alignment"] = alignment.describe()
-        meta["signal"] = "clip_sim"
-        signal = np.asarray(result.columns["clip_sim"], dtype=np.float64)
-        if "clip_convention" in result.columns:  # a repeated caption's discount holds for all
-            discount = np.asarray(result.columns["clip_convention"], dtype=np.float64)
-            keys, first, counts = np.unique(caption_key, return_index=True, return_counts=True)
-            kept = (counts > 1) & (discount[first] > 0)
-            arrays["convention.key"] = keys[kept]
-            arrays["convention.discount"] = discount[first][kept]
-            meta["signal"] = "clip_sim - clip_convention"
-            signal = signal - discount
-        return signal, clean_prob
-    # gmm: the final matcher's mean hinge loss against a fixed pool of the sample's pairs
-    from ncclean.train.scoring import pair_losses
-
-    embeddings = result.embeddings
-    n = features.n_pairs
-    pool = np.sort(np.random.default_rng([seed, 7919]).choice(
-        n, size=min(NEGATIVE_POOL, n), replace=False))
-    arrays["negatives.images"] = embeddings.images[features.image_group[pool]].astype(np.float32)
-    arrays["negatives.texts"] = embeddings.texts[features.text_group[pool]].astype(np.float32)
-    arrays["negatives.image_key"] = vector_keys(features.image_data[features.image_group[pool]])
-    arrays["negatives.text_key"] = vector_keys(features.text_data[features.text_group[pool]])
-    meta["signal"] = "pool_loss"
-    meta["margin"] = float(method.margin)
-    losses = pair_losses(embeddings, features, margin=method.margin, negatives="pool",
-                         pool_size=NEGATIVE_POOL, seed=seed)
-    from ncclean.methods.mixture import fit_clean_posterior
-
-    posterior, mixture = fit_clean_posterior(losses, "low", seed=seed)
-    meta["mixture"] = mixture.as_dict()
-    meta["calibration"] = {"pairs": int(n), "on": "the fit sample (no held-out pairs)"}
-    return losses, posterior  # the fitted mixture's posterior, not the training's
+    return Fit(meta=meta, arrays=arrays, matcher=result.matcher if kept.keeps_matcher else None)
 
 
 def calibrate(fit: Fit, corpus, features, device: str = "cpu") -> np.ndarray | None:
-    """Refit ``gmm``'s mixture on held-out pairs (``features`` of ``corpus``: pairs beyond the
-    fit sample, never trained on), in place; returns their posteriors (``(n,) float64``), or
-    ``None`` when nothing was refitted. A matcher fits the pairs it trained on, noisy ones
-    included, so their losses run lower than a new pair's: a mixture fitted on them reads
-    nearly every new pair as noisy (measured in ``benchmarks/results/scale.md``)."""
-    if fit.meta["method"] != "gmm" or features.n_pairs < 50:
-        return None
-    from ncclean.methods.mixture import fit_clean_posterior
-    from ncclean.pipeline.apply import pool_losses
-    from ncclean.train.scoring import embed
+    """Refit the fit's table on held-out pairs (``features`` of ``corpus``: pairs beyond the
+    fit sample, never trained on), in place, as the method's application does it
+    (:meth:`~ncclean.methods.applied.Application.calibrate`); returns their clean
+    probabilities when the sample is to be put on their scale (:func:`rescale_sample`), else
+    ``None`` (also when there are too few held-out pairs to refit on)."""
+    from ncclean.methods.applied import MIN_HELD_OUT
+    from ncclean.methods.base import get_method
 
-    embeddings = embed(fit.matcher, features, device, dtype=np.float32)
-    losses = pool_losses(fit, features, embeddings)
-    posterior, mixture = fit_clean_posterior(losses, "low", seed=fit.meta["seed"])
-    fit.arrays["table.x"], fit.arrays["table.y"] = signal_table(losses, posterior)
-    fit.meta["mixture"] = mixture.as_dict()
-    fit.meta["calibration"] = {"pairs": int(features.n_pairs),
-                               "on": "held-out pairs (the next smallest id hashes)"}
-    return posterior
+    application = get_method(fit.meta["method"]).application
+    if not application.held_out or features.n_pairs < MIN_HELD_OUT:
+        return None
+    embeddings = application.embeddings(fit.arrays, fit.matcher, features, device)
+    calibrated = application.calibrate(fit.arrays, fit.meta, features, embeddings)
+    fit.arrays["table.x"], fit.arrays["table.y"] = signal_table(calibrated.signal,
+                                                                calibrated.prob)
+    fit.meta |= calibrated.meta
+    fit.meta["calibration"] = fit.meta.get("calibration") or {
+        "pairs": int(features.n_pairs), "on": "held-out pairs (the next smallest id hashes)"}
+    return calibrated.prob if calibrated.rescale else None
 
 
 def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
-    """Put the fit sample's ``clean_prob`` on the held-out pairs' scale, in place (``gmm``, a
-    fit sampled from a larger corpus, after :func:`calibrate` gave ``held_out``, the held-out
-    pairs' posteriors), then cut, search significance and pseudo-captions for the sample as
-    :mod:`ncclean.pipeline.apply` does for any other pair.
+    """Put the fit sample's ``clean_prob`` on the held-out pairs' scale, in place (a fit sampled
+    from a larger corpus whose application rescales, after :func:`calibrate` gave ``held_out``,
+    the held-out pairs' clean probabilities), then cut, search significance and pseudo-captions
+    for the sample as :mod:`ncclean.pipeline.apply` does for any other pair.
 
     The rule: the sample pair with the ``q``-th quantile of the one pass's clean probability
     gets the ``q``-th quantile of ``held_out``. The sample and the held-out pairs are drawn
@@ -199,17 +164,16 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     ``benchmarks/results/scale.md``). The one pass's values stay in ``sample.one_pass_prob``
     and its noise estimate in ``one_pass_noise_rate``; the run's is the held-out mixture's.
     """
+    from ncclean.methods.applied import quantile_map
     from ncclean.options import Cut
     from ncclean.pipeline.apply import _cut, _donors, _significance, caption_counts
 
-    corpus, features, result = state["corpus"], state["features"], state["result"]
+    corpus, features = state["corpus"], state["features"]
     order = np.argsort(sample_keys(corpus, features), kind="stable")
     sub = features.subset(order)  # the sample in the fit's order (by pair key)
     arrays = fit.arrays
     one_pass = arrays["sample.clean_prob"]
-    _, inverse, ties = np.unique(one_pass, return_inverse=True, return_counts=True)
-    quantile = (np.cumsum(ties) - ties / 2) / len(one_pass)  # mid-rank: tied pairs stay tied
-    clean_prob = np.quantile(np.asarray(held_out, np.float64), quantile)[inverse]
+    clean_prob = quantile_map(one_pass, held_out)  # mid-rank: tied pairs stay tied
     if fit.meta["cut"]["noise_rate"] is not None and fit.meta["noisy_up_to"] is not None:
         noisy = arrays["sample.partition"] == PARTITIONS.index("noisy")
         fit.meta["noisy_up_to"] = float(clean_prob[noisy].max()) if noisy.any() else None
@@ -223,8 +187,9 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     donor = np.full(n, -1, dtype=np.int64)
     donor_score = np.full(n, np.nan, dtype=np.float32)
     everything = np.arange(n)  # the final matcher's embeddings, as an applied pair's
-    _significance(fit, sub, result.embeddings, parts, significance, everything, counts)
-    _donors(fit, sub, result.embeddings, parts, donor, donor_score, everything, caption_key)
+    space = state["fit_embeddings"]  # the applied pairs' space (fit_from_state)
+    _significance(fit, sub, space, parts, significance, everything, counts)
+    _donors(fit, sub, space, parts, donor, donor_score, everything, caption_key)
     codes = {name: k for k, name in enumerate(PARTITIONS)}
     arrays["sample.one_pass_prob"] = one_pass
     arrays["sample.clean_prob"] = clean_prob
@@ -234,6 +199,7 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     if "sample.donor_score" in arrays:
         arrays["sample.donor_score"] = donor_score
     fit.meta["one_pass_noise_rate"] = fit.meta["noise_rate"]
-    fit.meta["noise_rate"] = fit.meta["mixture"]["noise_rate"]  # the held-out mixture's
+    fit.meta["noise_rate"] = fit.meta.get("mixture", {}).get(  # the held-out mixture's
+        "noise_rate", float(np.mean(clean_prob < 0.5)))
     fit.meta["sample_scale"] = ("held-out: the one pass's clean_prob of the sample mapped "
                                 "quantile to quantile onto the held-out pairs' posteriors")

@@ -35,19 +35,18 @@ def wants_shards(input: PathLike, output: PathLike, scale: ScaleOptions | None) 
         or is_retrieval_folder(source)))
 
 
-def resolve_scale(input: PathLike, output: PathLike | None, method: str, columns: Columns,
+def resolve_scale(input: PathLike, output: PathLike | None, columns: Columns,
                   scale: ScaleOptions | None) -> ScaleOptions | None:
     """``scale`` with ``--fit-sample auto`` resolved: :data:`~ncclean.options.AUTO_FIT_SAMPLE`
     when the corpus is one Parquet file or a folder written to a folder (``output``), has more
-    pairs than that, an id column and both vector columns, and ``method`` has a fit (``clip``,
-    ``gmm``, ``auto``); else ``scale`` unchanged (the one pass)."""
-    from ncclean.options import AUTO_FIT_SAMPLE, AUTO_METHOD
-    from ncclean.pipeline.fit import APPLIES
+    pairs than that, an id column and both vector columns (every method has a fit); else
+    ``scale`` unchanged (the one pass)."""
+    from ncclean.options import AUTO_FIT_SAMPLE
 
     scale = scale or ScaleOptions()
     if scale.fit_sample != "auto" or scale.fit is not None or output is None:
         return scale
-    if method not in (*APPLIES, AUTO_METHOD) or not (columns.image_emb and columns.text_emb):
+    if not (columns.image_emb and columns.text_emb):
         return scale
     source = Path(input)
     if source.suffix == ".tar" or not source.exists():

@@ -154,22 +154,6 @@ def decoded_size(config) -> int | None:
     return pixel_size(config)
 
 
-#: The default method name: resolved per run by :func:`auto_method`.
-
-
-def auto_method(config, initial) -> str:
-    """The method ``auto`` stands for with this matcher: ``clip`` (the similarity of fixed
-    vectors, read against shuffled pairs, with a CCA where the two towers differ) when both towers
-    are pretrained and nothing was loaded; else ``gmm``, which trains the towers. Measured on
-    clip art at 300 to 8,000 pairs and 20-80% noise, and on natural noise:
-    benchmarks/results/default-pipeline.md."""
-    from ncclean.models.registry import raw_source
-
-    if initial is None and (raw_source(config) is not None or config.starts_pretrained):
-        return "clip"
-    return "gmm"
-
-
 def score_corpus(input: PathLike, output: PathLike | None, method: str, params: dict | None,
                  columns: Columns, matcher: MatcherOptions, cut: Cut, stages: StageOptions,
                  run: RunOptions, device: str, progress: Progress = no_progress,
@@ -190,6 +174,7 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
     from ncclean.data.images import DEFAULT_MAX_PIXELS
     from ncclean.errors import BadOptionError
     from ncclean.methods.base import Context, make_method
+    from ncclean.methods.choose import auto_method
     from ncclean.models.features import build_features, complete_config
     from ncclean.models.resolve import matcher_config
     from ncclean.stages.partition import caption_counts, partition

