@@ -141,7 +141,7 @@ def score(
     an option it fixes given with another value is an error; ``given`` names options to treat
     as given even at their default (the command line's).
     """
-    from ncclean.options import fold_keywords
+    from ncclean.options import ScoreRequest, fold_keywords
     from ncclean.pipeline.score import check_write, prepare_output, score_corpus
 
     groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
@@ -159,13 +159,12 @@ def score(
         output = prepare_output(input, output)
     from ncclean.device import resolve_device
 
-    device = resolve_device(run.device)
+    request = ScoreRequest(input, output, method, params, columns, groups["matcher"],
+                           groups["cut"], groups["stages"], run, scale,
+                           resolve_device(run.device), given)
     if sharded:
-        return score_sharded(input, output, method, params, columns, groups["matcher"],
-                             groups["cut"], groups["stages"], run, device,
-                             scale, progress, given)
-    return score_corpus(input, output, method, params, columns, groups["matcher"], groups["cut"],
-                        groups["stages"], run, device, progress)
+        return score_sharded(request, progress)
+    return score_corpus(request, progress)
 
 
 def embed(

@@ -383,3 +383,34 @@ class ScaleOptions:
 
 AUTO_METHOD = "auto"
 """The method name that lets the corpus choose (``--method auto``, the default)."""
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One ``score`` run as asked: built once from the options (:func:`ncclean.api.score`) and
+    carried whole through the pipeline, which reads what it needs from it; the run record's
+    ``options`` are written from it (:meth:`options`). ``device`` is ``run.device`` resolved;
+    ``given``: the options named on the command line (a saved fit refuses one it fixes)."""
+
+    input: Any
+    output: Any
+    method: str
+    params: dict | None
+    columns: Any  # ncclean.data.schema.Columns
+    matcher: MatcherOptions
+    cut: Cut
+    stages: StageOptions
+    run: RunOptions
+    scale: ScaleOptions
+    device: str
+    given: frozenset[str] = frozenset()
+
+    def options(self) -> dict[str, dict]:
+        """Every option group, field by field, as the run record's ``options``."""
+        return options_record(columns=self.columns, matcher=self.matcher, cut=self.cut,
+                              stages=self.stages, run=self.run, scale=self.scale)
+
+    def but(self, **changes: Any) -> ScoreRequest:
+        """This request with ``changes`` (a resolved method, the sample's input)."""
+        return replace(self, **changes)
+

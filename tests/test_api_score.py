@@ -282,7 +282,7 @@ def test_sidecar_records_every_option_group_whole(noisy, tmp_path):
     score(noisy, tmp_path / "s.parquet", significance="off", seed=2)
     sidecar = json.loads((tmp_path / "s.parquet.json").read_text())
     recorded = sidecar["options"]
-    assert set(recorded) == {"columns", *GROUPS}
+    assert set(recorded) == {"columns", "scale", *GROUPS}
     for name, kind in [("columns", Columns), *GROUPS.items()]:
         assert list(recorded[name]) == [f.name for f in fields(kind)]
     assert recorded["run"]["seed"] == 2 and recorded["stages"]["significance"] == "off"

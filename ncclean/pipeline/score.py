@@ -8,15 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclean.data.schema import Columns
-from ncclean.options import (
-    AUTO_METHOD,
-    Cut,
-    MatcherOptions,
-    RunOptions,
-    StageOptions,
-    options_record,
-)
+from ncclean.options import AUTO_METHOD, RunOptions, ScoreRequest
 from ncclean.progress import Progress, no_progress
 from ncclean.records import Summary
 
@@ -154,19 +146,21 @@ def decoded_size(config) -> int | None:
     return pixel_size(config)
 
 
-def score_corpus(input: PathLike, output: PathLike | None, method: str, params: dict | None,
-                 columns: Columns, matcher: MatcherOptions, cut: Cut, stages: StageOptions,
-                 run: RunOptions, device: str, progress: Progress = no_progress,
+def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
                  on_scored=None) -> ScoreSummary | None:
-    """Score every pair of ``input`` with ``method`` and write the output contract to ``output``
-    (plus ``<output>.json``; ``None``: :func:`default_output`, refused when a file there was not
-    written by ``score``); ``device`` is ``run.device`` resolved
-    (:func:`ncclean.device.resolve_device`). Checks what it can before any work: the method and
-    its ``params``, the encoders, that the output can be written (before the images are read),
-    that two pairs are usable. ``on_scored(state)``, when given, sees the run's in-memory state
-    (a dict: ``corpus``, ``features``, ``result``, ``clean_prob``, ``parts``, ``stages``, ``cut``,
-    ``config``) before the output is written: :mod:`ncclean.pipeline.keep` keeps a fit from it;
-    when it returns true nothing is written and ``None`` is returned."""
+    """Score every pair of the request's ``input`` with its ``method`` and write the output
+    contract to its ``output`` (plus ``<output>.json``; ``None``: :func:`default_output`,
+    refused when a file there was not written by ``score``). Checks what it can before any work:
+    the method and its ``params``, the encoders, that the output can be written (before the
+    images are read), that two pairs are usable. ``on_scored(state)``, when given, sees the
+    run's in-memory state (a dict: ``corpus``, ``features``, ``result``, ``clean_prob``,
+    ``parts``, ``stages``, ``cut``, ``config``) before the output is written:
+    :mod:`ncclean.pipeline.keep` keeps a fit from it; when it returns true nothing is written
+    and ``None`` is returned."""
+    input, output, method, params = request.input, request.output, request.method, request.params
+    columns, matcher, cut, stages, run = (request.columns, request.matcher, request.cut,
+                                          request.stages, request.run)
+    device = request.device
     out = prepare_output(input, output)  # first: before torch is even imported
     import numpy as np
 
@@ -255,8 +249,7 @@ def score_corpus(input: PathLike, output: PathLike | None, method: str, params: 
            "loaded_from": str(matcher.load_matcher) if matcher.load_matcher else None},
         "cut": resolved.record(cut, by_method=result.partition is not None),
         "significance": significance_mode(stages, result), "write": run.write,
-        "options": options_record(columns=columns, matcher=matcher, cut=cut, stages=stages,
-                                  run=run),
+        "options": request.options(),
     }
     summary = write_scored(corpus, features, out, result, clean_prob, parts, added, seconds,
                            began, sidecar, run.save_matcher, run.write)

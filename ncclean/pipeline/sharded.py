@@ -37,7 +37,7 @@ from ncclean.data.shards import (
     smallest_keys,
 )
 from ncclean.errors import BadOptionError, EmptyInputError, SchemaError
-from ncclean.options import Cut, MatcherOptions, RunOptions, ScaleOptions, StageOptions
+from ncclean.options import MatcherOptions, ScoreRequest
 from ncclean.progress import Progress, no_progress
 
 PathLike = str | os.PathLike
@@ -181,14 +181,11 @@ def held_out_size(n: int) -> int:
     return min(n, 10_000)
 
 
-def score_sharded(input: PathLike, output: PathLike, method: str, params: dict | None,
-                  columns: Columns, matcher: MatcherOptions, cut: Cut, stages: StageOptions,
-                  run: RunOptions, device: str, scale: ScaleOptions,
-                  progress: Progress = no_progress, given: frozenset[str] = frozenset()):
-    """Fit (or load a fit) and apply it to every shard of ``input`` (see the module
-    docstring); returns a :class:`~ncclean.pipeline.score.ScoreSummary` of the whole run.
-    ``given``: the options named on the command line (a saved fit refuses one it fixes,
-    :func:`~ncclean.pipeline.preflight.check_fit_options`). Everything that can be checked
+def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
+    """Fit (or load a fit) and apply it to every shard of the request's ``input`` (see the
+    module docstring); returns a :class:`~ncclean.pipeline.score.ScoreSummary` of the whole run.
+    A saved fit refuses an option it fixes that the request names as ``given``
+    (:func:`~ncclean.pipeline.preflight.check_fit_options`). Everything that can be checked
     before the fit is: the shards, the output and ``--save-fit`` folders, the fit's options."""
     from ncclean.data.atomic import make_folder, scratch_folder
     from ncclean.data.images import DEFAULT_MAX_PIXELS
@@ -207,6 +204,9 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
     from ncclean.pipeline.shard import ShardJob
     from ncclean.pipeline.vectors import check_towers, embed_stage, needs_vectors
 
+    input, output, method, params = request.input, request.output, request.method, request.params
+    columns, matcher, cut, stages = request.columns, request.matcher, request.cut, request.stages
+    run, scale, device, given = request.run, request.scale, request.device, request.given
     began = time.perf_counter()
     seconds: dict[str, float] = {}
     shards = list_shards(input)
@@ -255,8 +255,8 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         if fit is not None:
             fit_dir = Path(scale.fit)
         else:
-            fit = _fit(shards, scan, id_name, method, params, columns, matcher, cut, stages,
-                       run, device, scale.sample_size, scratch, progress)
+            fit = _fit(request.but(method=method, columns=columns), shards, scan, id_name,
+                       scratch, progress)
             fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began - seconds.get("embed", 0.0)
@@ -273,8 +273,7 @@ def score_sharded(input: PathLike, output: PathLike, method: str, params: dict |
         seconds["apply"] = time.perf_counter() - applying
     extra = {"empty_shards": empty} | ({} if embedded is None else {"embedded": {
         "towers": embedded.identity, "computed": embedded.computed, "cached": embedded.cached}})
-    return _finish(input, out, to_folder, fit, reports, seconds, began, scale, run, device,
-                   extra)
+    return _finish(request, out, to_folder, fit, reports, seconds, began, extra)
 
 
 def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
@@ -290,22 +289,22 @@ def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
     return auto_method(config, None)
 
 
-def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, cut, stages,
-         run, device, n, scratch: Path, progress):
+def _fit(request: ScoreRequest, shards, scan: IdScan, id_name: str, scratch: Path, progress):
     """The fit: one pass (:func:`score_corpus`) over the sample, kept."""
     from ncclean.methods.base import make_method
     from ncclean.pipeline.keep import fit_from_state
     from ncclean.pipeline.score import score_corpus
     from ncclean.stages.run import significance_mode
 
-    chosen = make_method(method, params)
+    method, columns, stages, run = request.method, request.columns, request.stages, request.run
+    device, n = request.device, request.scale.sample_size
+    chosen = make_method(method, request.params)
     sample, held_out = scratch / "sample.parquet", scratch / "held-out.parquet"
     write_sample(shards, scan, id_name, n, sample,
                  held_out if chosen.application.held_out else None)
     total = scan.total
     states: dict = {}
-    score_corpus(sample, scratch / "sample-scored.parquet", method, params, columns, matcher,
-                 cut, stages, run, device, progress,
+    score_corpus(request.but(input=sample, output=scratch / "sample-scored.parquet"), progress,
                  on_scored=lambda state: states.update(state) or True)  # kept, not written
     from ncclean.pipeline.fit import check_towers_apply
 
@@ -326,13 +325,14 @@ def _fit(shards, scan: IdScan, id_name: str, method, params, columns, matcher, c
     return fit
 
 
-def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds: dict,
-            began: float, scale: ScaleOptions, run: RunOptions, device: str,
-            extra: dict | None = None):
+def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: list[dict],
+            seconds: dict, began: float, extra: dict | None = None):
+    """The run record (written beside the output) and the summary of the whole run."""
     from ncclean.data.parquet import sidecar_path, write_json
     from ncclean.data.results import PARTITIONS
     from ncclean.pipeline.score import ScoreSummary
-    from ncclean.records import as_record
+
+    input, scale, run, device = request.input, request.scale, request.run, request.device
 
     counts = {name: sum(r["partition_counts"].get(name, 0) for r in reports)
               for name in PARTITIONS}
@@ -347,7 +347,7 @@ def _finish(input, out: Path, to_folder: bool, fit, reports: list[dict], seconds
         "fit": {"hash": fit.hash, "saved_to": str(scale.save_fit or scale.fit or "") or None,
                 "sample": fit.meta["sample"], "signal": fit.meta["signal"]},
         "engine": scale.engine, "write": run.write,
-        "options": {"scale": as_record(scale), "run": as_record(run)},
+        "options": request.options(),
         "estimated_noise_rate": fit.meta["noise_rate"], "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts,
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
