@@ -184,6 +184,8 @@ def embed(
     shard_rows: int = 1_000_000,
     device: str = "auto",
     max_image_pixels: int | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
     progress: Progress = no_progress,
 ):
     """Add image and caption vectors to every row of ``input`` (:mod:`ncclean.embed`).
@@ -192,34 +194,21 @@ def embed(
     ``clip_model`` with ``clip_pretrained`` or ``clip_checkpoint``), ``e5`` (captions only) or
     ``imagenet`` (images only). ``layout``: ``parquet`` (columns ``image_emb_col`` /
     ``text_emb_col``, float16 with ``half``) or ``clip-retrieval`` (a folder of ``.npy`` shards
-    and row-aligned metadata). Returns an :class:`ncclean.embed.EmbedSummary`.
+    and row-aligned metadata). A corpus of shards (a folder of Parquet files or webdataset
+    tars, a tar, a saved dataset) written to a folder (``output`` without ``.parquet``) is
+    embedded shard by shard, each to ``output/<shard name>.parquet``, on ``engine`` (``local``
+    or ``ray``, at ``ray_address`` or a local cluster), a rerun redoing only what changed.
+    Returns an :class:`ncclean.embed.EmbedSummary`.
     """
-    from pathlib import Path
+    from ncclean.pipeline.vectors import embed_input
 
-    from ncclean.data.images import DEFAULT_MAX_PIXELS
-    from ncclean.data.parquet import open_pairs
-    from ncclean.data.schema import resolve_columns
-    from ncclean.device import resolve_device
-    from ncclean.embed import embed_clip_spec, embed_pairs, embeds_images
-    from ncclean.errors import BadOptionError
-
-    if shard_rows < 1:
-        raise BadOptionError(f"--shard-rows must be at least 1, got {shard_rows}")
-    if image_emb_col == text_emb_col:
-        raise BadOptionError("the image and text embedding columns need different names")
-    if encoder is None:
-        from ncclean.embed import DEFAULT_ENCODER
-
-        encoder = "clip" if clip_checkpoint or clip_pretrained else DEFAULT_ENCODER
-    spec = embed_clip_spec(encoder, clip_model, clip_pretrained, clip_checkpoint)
-    source = open_pairs(input)
-    resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,
-                               need_image=embeds_images(encoder))
-    return embed_pairs(source, resolved, Path(output), encoder=encoder, clip_spec=spec,
-                       half=half, layout=layout, image_col=image_emb_col,
-                       text_col=text_emb_col, shard_rows=shard_rows,
-                       device=resolve_device(device),
-                       max_pixels=max_image_pixels or DEFAULT_MAX_PIXELS, progress=progress)
+    return embed_input(input, output, encoder=encoder, caption_col=caption_col,
+                       image_col=image_col, half=half, layout=layout,
+                       image_emb_col=image_emb_col, text_emb_col=text_emb_col,
+                       clip_model=clip_model, clip_pretrained=clip_pretrained,
+                       clip_checkpoint=clip_checkpoint, shard_rows=shard_rows, device=device,
+                       max_image_pixels=max_image_pixels, engine=engine,
+                       ray_address=ray_address, progress=progress)
 
 
 def split(input: PathLike, out_dir: PathLike | None = None, *, html: PathLike | None = None,

@@ -213,9 +213,10 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
                 image_col: str = "image_emb", text_col: str = "text_emb",
                 shard_rows: int = 1_000_000, batch_rows: int = 2048, device: str = "cpu",
                 max_pixels: int = DEFAULT_MAX_PIXELS, progress: Progress = no_progress,
-                loaded: Encoder | None = None) -> EmbedSummary:
+                loaded: Encoder | None = None, record: dict | None = None) -> EmbedSummary:
     """Embed every row of ``source`` (see the module docstring) and write ``output``;
-    ``loaded``: an :class:`Encoder` of ``encoder`` already loaded, for many calls."""
+    ``loaded``: an :class:`Encoder` of ``encoder`` already loaded, for many calls; ``record``:
+    more entries for the output's record."""
     if encoder not in ENCODERS:
         raise BadOptionError(f"--encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
     if layout not in LAYOUTS:
@@ -267,7 +268,7 @@ def embed_pairs(source: PairSource, resolved: ResolvedColumns, output: Path, *, 
         text_col=text_col if chosen.text_dim is not None else None,
         problems=dict(sorted(embedder.problems.items())),
         seconds=time.perf_counter() - began)
-    meta = summary.as_dict() | {"command": "embed", "model": chosen.identity}
+    meta = summary.as_dict() | {"command": "embed", "model": chosen.identity} | (record or {})
     write_json(sidecar_path(output) if layout == "parquet" else output / "ncclean-embed.json",
                meta)
     return summary

@@ -11,11 +11,13 @@ from ncclean.cli import options
 
 
 def embed(
-    input: Annotated[Path, typer.Argument(help="Parquet file or folder of shards.",
-                                          show_default=False)],
+    input: Annotated[Path, typer.Argument(
+        help="Parquet file, or a corpus of shards: a folder of Parquet files or webdataset "
+        "tars, a tar, a saved dataset.", show_default=False)],
     output: Annotated[Path, typer.Option(
-        "-o", "--output", help="Parquet file to write (a new folder with --layout "
-        "clip-retrieval).", show_default=False)],
+        "-o", "--output", help="Parquet file to write; a folder for a corpus of shards (one "
+        "output per input shard, a rerun redoing only what changed) or with --layout "
+        "clip-retrieval.", show_default=False)],
     encoder: Annotated[Literal["imagenet+e5", "clip", "e5", "imagenet"] | None, typer.Option(
         help="imagenet+e5: the default pipeline's offline towers, images and captions in one "
         "pass (extras 'imagenet' and 'e5'); clip: open_clip, images and captions (extra "
@@ -37,6 +39,11 @@ def embed(
     max_image_pixels: Annotated[int | None, typer.Option(
         min=1, help="Images with more pixels are not embedded [default: 89,478,485].",
         show_default=False)] = None,
+    engine: Annotated[Literal["local", "ray"], typer.Option(
+        help="Embed a corpus of shards here (local) or on Ray Data (ray: one actor per GPU "
+        "where the cluster has GPUs).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster to use with --engine ray [default: a local one].")] = None,
     caption_col: options.CaptionCol = "caption",
     image_col: options.ImageCol = "image",
     clip_model: options.ClipModel = "ViT-B-32",
@@ -55,7 +62,8 @@ def embed(
             half=half, layout=layout, image_emb_col=image_emb_out, text_emb_col=text_emb_out,
             clip_model=clip_model, clip_pretrained=clip_pretrained,
             clip_checkpoint=clip_checkpoint, shard_rows=shard_rows, device=device,
-            max_image_pixels=max_image_pixels, progress=progress)
+            max_image_pixels=max_image_pixels, engine=engine, ray_address=ray_address,
+            progress=progress)
     if json_:
         print_json(summary.as_dict())
         return

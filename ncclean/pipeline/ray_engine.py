@@ -54,16 +54,19 @@ class ShardApplier:
         return {"index": batch["index"], "report": reports}
 
 
-def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: RunOptions,
-            device: str, address: str | None = None,
-            progress: Progress = no_progress) -> list[dict]:
-    """Apply the fit at ``fit_dir`` to ``jobs`` on Ray Data; the reports in job order. An error
-    of ours in a worker (bad input, a full disk) is raised here as itself, not wrapped in Ray's
-    exceptions; Ray's own log lines stay in its session's log files unless they are errors."""
+def _import_ray():
     try:
         import ray
     except ImportError:
         raise BadOptionError("--engine ray needs Ray: pip install 'ncclean[ray]'") from None
+    return ray
+
+
+@contextlib.contextmanager
+def _session(address: str | None):
+    """Ray, connected to ``address`` or to a local cluster started here (and stopped after);
+    yields whether the cluster is this run's own."""
+    ray = _import_ray()
     started = not ray.is_initialized()
     if started:
         if address:
@@ -78,6 +81,46 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
                      include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
                      runtime_env={"env_vars": env})
     try:
+        yield started and not address
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _map(ray, actor, kwargs: dict, items: list[dict], workers: int, own: bool,
+         **resources) -> list[dict]:
+    """``items`` through an actor pool of ``workers`` ``actor``s (one item per call); their
+    reports in item order; the first error of ours (in item order, as the local engine stops
+    at) raised as itself."""
+    # a cluster of our own: no actor restarts (a restarted actor would meet the same error),
+    # which also keeps Ray's warning about restarting them off the terminal
+    restarts = {"max_restarts": 0} if own else {}
+    with _quiet_ray_data():
+        rows = ray.data.from_items(items).map_batches(
+            actor, fn_constructor_kwargs=kwargs, batch_size=1, concurrency=workers,
+            **resources, **restarts).take_all()
+    reports = [json.loads(row["report"]) for row in sorted(rows, key=lambda r: int(r["index"]))]
+    failed = next((report["error"] for report in reports if "error" in report), None)
+    if failed is not None:
+        raise getattr(errors, failed[0], NcCleanError)(failed[1])
+    return reports
+
+
+def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: RunOptions,
+            device: str, address: str | None = None,
+            progress: Progress = no_progress) -> list[dict]:
+    """Apply the fit at ``fit_dir`` to ``jobs`` on Ray Data; the reports in job order. An error
+    of ours in a worker (bad input, a full disk) is raised here as itself, not wrapped in Ray's
+    exceptions; Ray's own log lines stay in its session's log files unless they are errors."""
+    with _session(address) as own:
+        return _apply(fit_dir, fit_hash, jobs, columns, run, device, own, progress)
+
+
+def _apply(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: RunOptions,
+           device: str, own: bool, progress: Progress) -> list[dict]:
+    import ray
+
+    try:
         items = [{"index": k, "path": str(job.shard.path), "stem": job.shard.stem,
                   "kind": job.shard.kind, "out": str(job.out), "mark": job.mark,
                   "extra": json.dumps({"duplicates": list(job.duplicates),
@@ -86,20 +129,9 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
                  for k, job in enumerate(jobs)]
         workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
         progress("apply", 0, len(jobs), f"ray, {workers} actors")
-        # a cluster of our own: no actor restarts (a restarted actor would meet the same
-        # error), which also keeps Ray's warning about restarting them off the terminal
-        restarts = {"max_restarts": 0} if started and not address else {}
-        with _quiet_ray_data():
-            rows = ray.data.from_items(items).map_batches(
-                ShardApplier, fn_constructor_kwargs={"fit_dir": str(fit_dir),
-                                                     "columns": columns, "run": run,
-                                                     "device": device},
-                batch_size=1, concurrency=workers, num_cpus=1, **restarts).take_all()
-        reports = [json.loads(row["report"])
-                   for row in sorted(rows, key=lambda row: int(row["index"]))]
-        failed = next((report["error"] for report in reports if "error" in report), None)
-        if failed is not None:  # the first in job order, as the local engine stops at
-            raise getattr(errors, failed[0], NcCleanError)(failed[1])
+        reports = _map(ray, ShardApplier, {"fit_dir": str(fit_dir), "columns": columns,
+                                           "run": run, "device": device},
+                       items, workers, own, num_cpus=1)
         progress("apply", len(jobs), len(jobs))
         return reports
     except BaseException as error:
@@ -113,9 +145,64 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
         if ours is None or ours is error:
             raise
         raise ours from error
-    finally:
-        if started:
-            ray.shutdown()
+
+
+class ShardEmbedder:
+    """A Ray Data actor: loads the encoder once (on its GPU when it was given one), then embeds
+    the shard of each job it is given (:func:`ncclean.pipeline.vectors.embed_shard`)."""
+
+    def __init__(self, columns: Columns, spec, scratch: str, device: str) -> None:
+        from ncclean.embed import Encoder
+
+        self.columns, self.spec, self.scratch, self.device = columns, spec, Path(scratch), device
+        self.encoder = Encoder(spec.encoder, spec.clip_spec, device, spec.max_pixels)
+
+    def __call__(self, batch: dict) -> dict:
+        from ncclean.data.shards import InputShard
+        from ncclean.pipeline.embed_job import EmbedJob, embed_shard
+
+        reports = []
+        for path, stem, kind, dest, key in zip(batch["path"], batch["stem"], batch["kind"],
+                                               batch["dest"], batch["key"], strict=True):
+            job = EmbedJob(InputShard(Path(path), str(stem), str(kind)), Path(dest), str(key))
+            try:
+                embed_shard(job, self.columns, self.spec, self.encoder, self.scratch,
+                            self.device)
+                report: dict = {}
+            except NcCleanError as error:
+                report = {"error": [type(error).__name__, str(error)]}
+            reports.append(json.dumps(report))
+        return {"index": batch["index"], "report": reports}
+
+
+def embed_on_ray(jobs: list, columns: Columns, spec, scratch: Path, device: str,
+                 address: str | None = None, progress: Progress = no_progress) -> None:
+    """Embed ``jobs`` (:class:`~ncclean.pipeline.vectors.EmbedJob`) on an actor pool: one actor
+    per GPU where the cluster has GPUs (each on its own, ``cuda``), else one per CPU."""
+    with _session(address) as own:
+        import ray
+
+        items = [{"index": k, "path": str(job.shard.path), "stem": job.shard.stem,
+                  "kind": job.shard.kind, "dest": str(job.dest), "key": job.key}
+                 for k, job in enumerate(jobs)]
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        if gpus:
+            workers, resources, device = min(len(jobs), gpus), {"num_gpus": 1}, "cuda"
+        else:
+            workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
+            resources = {"num_cpus": 1}
+        progress("embedding shards", 0, len(jobs),
+                 f"ray, {workers} {'GPU ' if gpus else ''}actors")
+        try:
+            _map(ray, ShardEmbedder, {"columns": columns, "spec": spec,
+                                      "scratch": str(scratch), "device": device},
+                 items, workers, own, **resources)
+        except BaseException as error:
+            ours = _ours(error)
+            if ours is None or ours is error:
+                raise
+            raise ours from error
+        progress("embedding shards", len(jobs), len(jobs))
 
 
 def _ours(error: BaseException) -> BaseException | None:

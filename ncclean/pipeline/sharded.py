@@ -246,7 +246,8 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
         if needs_vectors(columns):
             embedded = embed_stage([shards[k] for k in kept], columns,
                                    cache_path(run.cache_dir), scratch, device,
-                                   run.max_image_pixels or DEFAULT_MAX_PIXELS, progress)
+                                   run.max_image_pixels or DEFAULT_MAX_PIXELS, scale.engine,
+                                   scale.ray_address, progress)
             shards = list(shards)
             for k, shard in zip(kept, embedded.shards):
                 shards[k] = shard

@@ -14,20 +14,22 @@ say why in ``embed_problem``.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from ncclean.data.schema import Columns
-from ncclean.data.shards import InputShard, read_shard
+from ncclean.data.shards import InputShard
 from ncclean.errors import BadOptionError
+from ncclean.pipeline.embed_job import (
+    IMAGE_EMB,
+    TEXT_EMB,
+    EmbedJob,
+    EmbedSpec,
+    done,
+    embed_shard,
+    shard_key,
+)
 from ncclean.progress import Progress, no_progress
-
-IMAGE_EMB, TEXT_EMB = "image_emb", "text_emb"
-VERSION = "1"  # bump when what an embedded shard holds changes
 
 
 @dataclass(frozen=True)
@@ -68,64 +70,133 @@ def check_towers() -> None:
                              "--text-emb-col")
 
 
+def embed_jobs(jobs: list[EmbedJob], columns: Columns, spec: EmbedSpec, scratch: Path,
+               device: str, engine: str = "local", address: str | None = None,
+               progress: Progress = no_progress) -> int:
+    """Embed every job whose ``dest`` does not already hold its key's vectors (a rerun or a
+    resumed run embeds nothing again), on ``engine``; returns how many were embedded. Memory
+    holds one shard per worker."""
+    todo = [job for job in jobs if not done(job)]
+    if engine == "ray" and todo:
+        from ncclean.pipeline.ray_engine import embed_on_ray
+
+        embed_on_ray(todo, columns, spec, scratch, device, address, progress)
+        return len(todo)
+    encoder = None
+    for k, job in enumerate(todo):
+        progress("embedding shards", k, len(todo), job.shard.stem)
+        if encoder is None:
+            from ncclean.embed import Encoder
+
+            encoder = Encoder(spec.encoder, spec.clip_spec, device, spec.max_pixels)
+        embed_shard(job, columns, spec, encoder, scratch, device)
+    progress("embedding shards", len(todo), len(todo))
+    return len(todo)
+
+
 def embed_stage(shards: list[InputShard], columns: Columns, cache: Path | None,
-                scratch: Path, device: str, max_pixels: int,
-                progress: Progress = no_progress) -> Embedded:
+                scratch: Path, device: str, max_pixels: int, engine: str = "local",
+                address: str | None = None, progress: Progress = no_progress) -> Embedded:
     """Every shard of ``shards`` with its vectors (see the module docstring); ``cache``: the
     folder embedded shards are kept in (``None``: ``scratch``, for this run only)."""
-    from ncclean.embed import DEFAULT_ENCODER, Encoder
+    from ncclean.embed import DEFAULT_ENCODER
 
     folder = (cache / "shard-vectors") if cache is not None else scratch / "shard-vectors"
     folder.mkdir(parents=True, exist_ok=True)
-    encoder = None
-    embedded, computed = [], 0
-    identity = f"{DEFAULT_ENCODER} v{VERSION}"
-    for k, shard in enumerate(shards):
-        progress("embedding shards", k, len(shards), shard.stem)
-        dest = folder / f"{shard_key(shard, identity)}.parquet"
-        if not dest.exists():
-            encoder = encoder or Encoder(DEFAULT_ENCODER, None, device, max_pixels)
-            _embed(shard, columns, encoder, dest, scratch, device, max_pixels)
-            computed += 1
-        embedded.append(InputShard(dest, shard.stem, "parquet"))
-    progress("embedding shards", len(shards), len(shards))
-    return Embedded(shards=embedded, columns=vector_columns(columns),
-                    hidden=(IMAGE_EMB, TEXT_EMB), computed=computed,
-                    cached=len(shards) - computed, identity=identity)
+    spec = EmbedSpec(DEFAULT_ENCODER, max_pixels=max_pixels)
+    identity = spec.identity()
+    jobs = []
+    for shard in shards:
+        key = shard_key(shard, identity)
+        jobs.append(EmbedJob(shard, folder / f"{key}.parquet", key))
+    computed = embed_jobs(jobs, columns, spec, scratch, device, engine, address, progress)
+    return Embedded(shards=[InputShard(job.dest, job.shard.stem, "parquet") for job in jobs],
+                    columns=vector_columns(columns), hidden=(IMAGE_EMB, TEXT_EMB),
+                    computed=computed, cached=len(shards) - computed, identity=identity)
 
 
-def shard_key(shard: InputShard, identity: str) -> str:
-    """A hash of the shard's bytes (and, for a saved dataset or a tar, of the files read with
-    it) and of the towers: the name its vectors are cached under."""
-    digest = hashlib.sha256(identity.encode() + b"\0" + shard.kind.encode() + b"\0")
-    files = [shard.path]
-    if shard.kind == "webdataset" and shard.path.with_suffix(".parquet").exists():
-        files.append(shard.path.with_suffix(".parquet"))  # img2dataset's columns, read with it
-    for path in files:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:32]
+def embed_folder(input, output: Path, columns: Columns, spec: EmbedSpec, device: str,
+                 engine: str = "local", address: str | None = None,
+                 progress: Progress = no_progress):
+    """``ncclean embed`` on a corpus of shards (a folder of Parquet files or tars, a tar, a
+    saved dataset): each shard written with its vectors to ``output/<shard name>.parquet`` on
+    ``engine``; a rerun embeds only the shards whose output is missing or was made from other
+    bytes or another encoder. Returns an :class:`~ncclean.embed.EmbedSummary` of the whole."""
+    import json
+    import time
+
+    from ncclean.data.atomic import make_folder, scratch_folder
+    from ncclean.data.parquet import sidecar_path
+    from ncclean.data.shards import list_shards
+    from ncclean.embed import EmbedSummary
+    from ncclean.pipeline.preflight import check_output, check_shards
+
+    began = time.perf_counter()
+    shards = list_shards(input)
+    check_shards(input, shards)
+    check_output(input, output, True)
+    identity = spec.identity()
+    jobs = [EmbedJob(shard, output / f"{shard.stem}.parquet", shard_key(shard, identity))
+            for shard in shards]
+    for job in jobs:  # a shard of a sub-folder is written to the same sub-folder
+        make_folder(job.dest.parent)
+    with scratch_folder(output) as scratch:
+        embed_jobs(jobs, columns, spec, scratch, device, engine, address, progress)
+    records = [json.loads(sidecar_path(job.dest).read_text()) for job in jobs]
+    problems: dict[str, int] = {}
+    for record in records:
+        for reason, count in record.get("problems", {}).items():
+            problems[reason] = problems.get(reason, 0) + count
+    first = records[0]
+    return EmbedSummary(
+        input=Path(input), output=output, layout="parquet", encoder=spec.encoder,
+        n_rows=sum(r["n_rows"] for r in records), dtype=first["dtype"],
+        image_dim=first["image_dim"], text_dim=first["text_dim"], image_col=first["image_col"],
+        text_col=first["text_col"], problems=dict(sorted(problems.items())),
+        seconds=time.perf_counter() - began)
 
 
-def _embed(shard: InputShard, columns: Columns, encoder, dest: Path, scratch: Path,
-           device: str, max_pixels: int) -> None:
-    """Write ``shard`` with its vectors to ``dest`` (atomically)."""
+def embed_input(input, output, *, encoder: str | None, caption_col: str, image_col: str,
+                half: bool, layout: str, image_emb_col: str, text_emb_col: str,
+                clip_model: str, clip_pretrained: str | None, clip_checkpoint,
+                shard_rows: int, device: str, max_image_pixels: int | None, engine: str,
+                ray_address: str | None, progress: Progress = no_progress):
+    """:func:`ncclean.api.embed`: one file embedded whole, or a corpus of shards shard by
+    shard into a folder (:func:`embed_folder`)."""
+    from ncclean.data.images import DEFAULT_MAX_PIXELS
     from ncclean.data.parquet import open_pairs
     from ncclean.data.schema import resolve_columns
-    from ncclean.embed import DEFAULT_ENCODER, embed_pairs
+    from ncclean.device import resolve_device
+    from ncclean.embed import embed_clip_spec, embed_pairs, embeds_images
+    from ncclean.errors import BadOptionError
+    from ncclean.options import ENGINES
 
-    path = shard.path
-    if shard.kind != "parquet":  # a tar or an Arrow file, as a Parquet file to stream
-        path = scratch / "to-embed.parquet"
-        pq.write_table(read_shard(shard), path)
-    source = open_pairs(path)
-    if shard.kind != "parquet":  # relative image paths and messages name the input shard
-        source = replace(source, path=shard.path)
-    resolved = resolve_columns(Columns(caption=columns.caption, image=columns.image,
-                                       allow_absolute_paths=columns.allow_absolute_paths),
-                               source.schema)
-    embed_pairs(source, resolved, dest, encoder=DEFAULT_ENCODER, half=True, image_col=IMAGE_EMB,
-                text_col=TEXT_EMB, device=device, max_pixels=max_pixels, loaded=encoder)
-    if path != shard.path:
-        os.unlink(path)
+    if shard_rows < 1:
+        raise BadOptionError(f"--shard-rows must be at least 1, got {shard_rows}")
+    if image_emb_col == text_emb_col:
+        raise BadOptionError("the image and text embedding columns need different names")
+    if encoder is None:
+        from ncclean.embed import DEFAULT_ENCODER
+
+        encoder = "clip" if clip_checkpoint or clip_pretrained else DEFAULT_ENCODER
+    spec = embed_clip_spec(encoder, clip_model, clip_pretrained, clip_checkpoint)
+    if engine not in ENGINES:
+        raise BadOptionError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    source_path, out_path = Path(input), Path(output)
+    if out_path.suffix != ".parquet" and layout == "parquet" and (
+            source_path.is_dir() or source_path.suffix == ".tar"):
+        return embed_folder(input, out_path, Columns(caption=caption_col, image=image_col),
+                            EmbedSpec(encoder, spec, half, image_emb_col, text_emb_col,
+                                      max_image_pixels or DEFAULT_MAX_PIXELS),
+                            resolve_device(device), engine, ray_address, progress)
+    if engine != "local":
+        raise BadOptionError("--engine ray embeds a corpus of shards (a folder or tars) into a "
+                             "folder; one file is embedded here")
+    source = open_pairs(input)
+    resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,
+                               need_image=embeds_images(encoder))
+    return embed_pairs(source, resolved, Path(output), encoder=encoder, clip_spec=spec,
+                       half=half, layout=layout, image_col=image_emb_col,
+                       text_col=text_emb_col, shard_rows=shard_rows,
+                       device=resolve_device(device),
+                       max_pixels=max_image_pixels or DEFAULT_MAX_PIXELS, progress=progress)

@@ -109,3 +109,41 @@ def test_an_undecodable_image_in_a_tar_keeps_its_row_and_says_why(tmp_path, caps
     last = pq.read_table(tmp_path / "out" / "00001.parquet").to_pylist()[-1]
     assert last["id"] == "bad0" and last["partition"] == "invalid"
     assert "undecodable image" in last["invalid_reason"]
+
+
+def test_embed_writes_each_shard_with_both_vectors_and_redoes_only_what_changed(
+        tmp_path, capsys, pretrained):
+    clipart_tars(tmp_path / "wds", shards=2)
+    code, _, err = run(capsys, "embed", tmp_path / "wds", "-o", tmp_path / "vec", "--half")
+    assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "vec").glob("*.parquet"))
+    assert names == ["00000.parquet", "00001.parquet"]
+    table = outputs(tmp_path / "vec")
+    assert table.num_rows == 300 and {"image_emb", "text_emb"} <= set(table.column_names)
+    made = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "vec").glob("*.parquet")}
+    with tarfile.open(tmp_path / "wds" / "00001.tar", "a") as tar:  # one shard changes
+        info = tarfile.TarInfo("extra.txt")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"a cat"))
+    code, _, err = run(capsys, "embed", tmp_path / "wds", "-o", tmp_path / "vec", "--half")
+    assert code == 0, err
+    again = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "vec").glob("*.parquet")}
+    assert again["00000.parquet"] == made["00000.parquet"]
+    assert again["00001.parquet"] != made["00001.parquet"]
+    code, _, err = run(capsys, "score", tmp_path / "vec", "-o", tmp_path / "scored",
+                       "--image-emb-col", "image_emb", "--text-emb-col", "text_emb")
+    assert code == 0, err
+    assert outputs(tmp_path / "scored").num_rows == 301
+
+
+@pytest.mark.slow
+def test_embed_on_ray_writes_the_local_engines_bytes(tmp_path, capsys, pretrained, monkeypatch):
+    monkeypatch.setenv("NCCLEAN_RAY_CPUS", "2")
+    clipart_tars(tmp_path / "wds", shards=2)
+    for engine in ("local", "ray"):
+        code, _, err = run(capsys, "embed", tmp_path / "wds", "-o", tmp_path / engine,
+                           "--engine", engine, "--half")
+        assert code == 0, err
+    for name in ("00000.parquet", "00001.parquet"):
+        assert pq.read_table(tmp_path / "ray" / name).equals(
+            pq.read_table(tmp_path / "local" / name))
