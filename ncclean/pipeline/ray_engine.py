@@ -70,7 +70,15 @@ def _session(address: str | None):
     started = not ray.is_initialized()
     if started:
         if address:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+            check_address(address)
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                reason = " ".join(str(error).split())
+                raise BadOptionError(
+                    f"--ray-address {address}: cannot join a Ray cluster there ({reason}); "
+                    "start one with 'ray start --head', and where it asks for a token run "
+                    "with RAY_AUTH_MODE=token") from None
         else:
             root = str(Path(__file__).resolve().parents[2])  # this ncclean, for the workers
             env = {"PYTHONPATH": os.pathsep.join(filter(None, [root,
@@ -85,6 +93,22 @@ def _session(address: str | None):
     finally:
         if started:
             ray.shutdown()
+
+
+def check_address(address: str) -> None:
+    """:class:`BadOptionError` at once when nothing listens at a ``HOST:PORT`` address (Ray
+    itself retries for minutes); ``auto`` and other forms are left to Ray."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as error:
+        raise BadOptionError(f"--ray-address {address}: no Ray cluster answers there "
+                             f"({error.strerror or error}); start one with 'ray start --head' "
+                             "or leave --ray-address out for a local one") from None
 
 
 def _map(ray, actor, kwargs: dict, items: list[dict], workers: int, own: bool,

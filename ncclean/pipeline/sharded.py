@@ -233,6 +233,10 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
     id_name = id_column(shards[0], columns)
     check_output(input, out, to_folder)
     check_save_fit(scale.save_fit)
+    if scale.engine == "ray" and scale.ray_address:  # before the fit, not after it
+        from ncclean.pipeline.ray_engine import check_address
+
+        check_address(scale.ray_address)
     scan = scan_ids(shards, id_name)
     if not scan.total:
         raise EmptyInputError(f"{input}: no pairs in its {len(shards)} shard"

@@ -135,6 +135,10 @@ def embed_folder(input, output: Path, columns: Columns, spec: EmbedSpec, device:
     shards = list_shards(input)
     check_shards(input, shards)
     check_output(input, output, True)
+    if engine == "ray" and address:
+        from ncclean.pipeline.ray_engine import check_address
+
+        check_address(address)
     identity = spec.identity()
     jobs = [EmbedJob(shard, output / f"{shard.stem}.parquet", shard_key(shard, identity))
             for shard in shards]

@@ -60,3 +60,19 @@ def test_bad_input_in_a_ray_worker_is_the_local_engines_one_line(capfd, tmp_path
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         lines[engine] = err.replace(str(tmp_path / engine), "OUT")
     assert lines["ray"] == lines["local"]
+
+
+def test_a_cluster_address_where_nothing_answers_is_one_line(capsys, tmp_path):
+    import socket
+
+    from tests.cli.test_contract import run
+
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    write_shards(vector_table(60), tmp_path / "in", 2)
+    code, _, err = run(capsys, "score", tmp_path / "in", "-o", tmp_path / "out",
+                       "--image-emb-col", "img", "--text-emb-col", "txt", "--engine", "ray",
+                       "--ray-address", f"127.0.0.1:{port}")
+    assert code == 2 and err.count("\n") == 1
+    assert f"--ray-address 127.0.0.1:{port}: no Ray cluster answers there" in err
