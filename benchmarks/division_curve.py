@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from ncclean.evaluate.detection import detection_metrics
+from ncclean.api import detection_metrics
 from ncclean.methods import gmm as gmm_module
 
 

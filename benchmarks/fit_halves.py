@@ -28,8 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.metrics import roc_auc_score
 
-from ncclean.data.shards import pair_keys
-from ncclean.pipeline.fit import load_fit, sample_positions
+from ncclean.api import fit_positions
 
 SIGNS = {"clean_prob": 1.0, "loss": -1.0, "sim": 1.0}  # column kind -> sign making clean high
 
@@ -39,9 +38,9 @@ def halves(out: str, fit: str) -> dict[str, dict[str, float]]:
     together) ``n`` and AUROC of every scored column (``clean_prob``, ``<method>_loss``,
     ``<method>_sim``) against ``noisy_gt``."""
     table = pa.concat_tables([pq.read_table(f) for f in sorted(glob.glob(out + "/*.parquet"))])
-    loaded = load_fit(fit)
-    method = loaded.meta["method"]
-    fitted = sample_positions(loaded, out) >= 0  # the fit's own pairs (by id and content)
+    positions, meta = fit_positions(fit, out)
+    method = meta["method"]
+    fitted = positions >= 0  # the fit's own pairs (by id and content)
     valid = np.array(table.column("partition").to_pylist()) != "invalid"
     truth = np.array(table.column("noisy_gt").to_pylist(), dtype=bool)
     columns = {"clean_prob": SIGNS["clean_prob"]} | {
@@ -80,6 +79,8 @@ def divisions(source: str, n: int, seed: int, params: dict | None = None,
     complete_config(config, corpus)
     features = build_features(corpus, config, cache_dir=None, device="cpu")
     ids = corpus.ids.to_pylist()
+    from ncclean.data.shards import pair_keys
+
     order = np.argsort(pair_keys([ids[r] for r in features.rows]), kind="stable")
     inside, rest = order[:n], np.sort(order[n:])  # the sample in hash order, as a fit reads it
     truth = np.asarray(pq.read_table(source, columns=["noisy_gt"]).column(0).to_pylist(),

@@ -59,7 +59,7 @@ def run_child(command: list[str], env: dict | None = None) -> tuple[str, float, 
 
 
 def measure(scored: Path, captions_all: list[str]) -> dict:
-    from ncclean.evaluate.detection import detection_metrics
+    from ncclean.api import detection_metrics
 
     table = pq.read_table(scored, columns=["caption", "noisy_gt", "clean_prob", "partition"])
     partition = np.array(table.column("partition").to_pylist())

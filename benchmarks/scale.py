@@ -171,7 +171,7 @@ def quality_bench(args, work: Path) -> list[dict]:
     """Fit on half the pairs (``--fit-sample`` of half: the half with the smallest id hashes),
     apply to the other half; AUROC of ``clean_prob`` against ``noisy_gt`` on each half."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ncclean
-    from ncclean.pipeline.fit import load_fit, sample_positions
+    from ncclean.api import fit_positions
 
     corpus = write_corpus(work / "in", args.pairs, 2, args.dim, args.noise, args.seed,
                           spread=args.spread)
@@ -181,10 +181,11 @@ def quality_bench(args, work: Path) -> list[dict]:
         run(score_command(corpus, out, method, "--fit-sample", str(args.pairs // 2),
                           "--save-fit", str(fit), "--seed", str(args.seed)))
         table = read_partitions(out)
-        fitted = sample_positions(load_fit(fit), out) >= 0
+        positions, meta = fit_positions(fit, out)
+        fitted = positions >= 0
         rows.append({"bench": "quality", "method": method, "pairs": args.pairs,
                      "noise": args.noise, "spread": args.spread,
-                     "calibration": load_fit(fit).meta.get("calibration"),
+                     "calibration": meta.get("calibration"),
                      "auroc_fitted_half": auroc(table.filter(pa.array(fitted))),
                      "auroc_applied_half": auroc(table.filter(pa.array(~fitted)))})
     return rows

@@ -163,7 +163,7 @@ def floor_in_child(corpus: Path, scored: Path, write: str) -> float:
 def detection(scored: Path, corpus: Path) -> float:
     """AUROC of ``clean_prob`` against ``noisy_gt`` (the corpus's: a ``--write scores`` file
     holds no input column but the id; both keep the corpus's row order)."""
-    from ncclean.evaluate.detection import detection_metrics
+    from ncclean.api import detection_metrics
 
     truth = pq.read_table(corpus, columns=["noisy_gt"]).column(0).to_numpy(zero_copy_only=False)
     prob = pq.read_table(scored, columns=["clean_prob"]).column(0).to_numpy()

@@ -42,8 +42,8 @@ _SUMMARIES = {"SynthSummary": "ncclean.pipeline.corpus", "NoiseSummary": "ncclea
 __all__ = [
     "CheckResult", "Columns", "CorpusSummary", "Cut", "MatcherOptions", "NoiseSummary",
     "RetrainSummary", "RunOptions", "ScoreSummary", "SplitSummary", "StageOptions",
-    "SynthSummary", "check", "embed", "inject_noise", "inspect", "methods", "retrain", "score",
-    "split", "synth",
+    "SynthSummary", "check", "detection_metrics", "embed", "fit_positions", "inject_noise",
+    "inspect", "methods", "retrain", "score", "split", "synth",
 ]
 
 
@@ -52,6 +52,24 @@ def __getattr__(name: str) -> Any:
     if name in _SUMMARIES or name in _CONSTANTS:
         return getattr(importlib.import_module({**_SUMMARIES, **_CONSTANTS}[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def detection_metrics(noisy_gt: Any, clean_prob: Any, flagged: Any = None) -> Any:
+    """AUROC, AP and F1 of ``clean_prob`` against the truth ``noisy_gt`` (``flagged``: the pairs
+    called noisy, by default ``clean_prob < 0.5``): :mod:`ncclean.evaluate.detection`."""
+    from ncclean.evaluate.detection import detection_metrics as metrics
+
+    return metrics(noisy_gt, clean_prob, flagged)
+
+
+def fit_positions(fit: PathLike, input: PathLike) -> Any:
+    """``(n_rows,) int64``: for each row of the Parquet file or folder ``input``, its position
+    among the pairs the saved fit at ``fit`` trained on (same id, vectors and caption), ``-1``
+    for a pair it was applied to; with the fit's record (``meta``) as ``(positions, meta)``."""
+    from ncclean.pipeline.fit import load_fit, sample_positions
+
+    loaded = load_fit(fit)
+    return sample_positions(loaded, input), loaded.meta
 
 
 def synth(output: PathLike, *, n_images: int = 500, captions_per_image: int = 5,

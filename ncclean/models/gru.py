@@ -17,7 +17,7 @@ computes the same values (within fp32 rounding: ``tests/models/test_gru.py``) fr
 A caption's mean does not depend on the order of its words' outputs, so the outputs are summed
 per caption straight from the packed rows. The text tower's forward and backward over 128
 captions of up to 16 words took 0.62x the time it takes through ``nn.GRU``
-(``benchmarks/results/throughput.md``, sixth session).
+(``benchmarks/results/throughput.md``, "the CNN's step on oneDNN's layout and a GRU of our own").
 """
 
 from __future__ import annotations

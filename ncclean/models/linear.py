@@ -4,7 +4,7 @@ torch multiplies fp32 matrices on the CPU with MKL's ``sgemm``. On AMD processor
 AVX2 path even where the processor has AVX-512, while oneDNN (also inside every x86 torch wheel)
 uses the widest instructions the processor has: on this project's Zen 5 machine oneDNN multiplies
 a head's 128x512 by 512x512 product at about twice MKL's rate, the same fp32 arithmetic
-(``benchmarks/results/throughput.md``, section "2026-11-27, fifth session"). :func:`linear` sends
+(``benchmarks/results/throughput.md``, "the machine's ceiling is oneDNN's"). :func:`linear` sends
 a layer's forward product and both backward products through oneDNN's dense linear kernel (the
 one ``torch.compile`` uses for inference) and everything else through ``F.linear``; :class:`Linear`
 is ``nn.Linear`` with that forward, the same parameters and state dict. The scoring passes' block

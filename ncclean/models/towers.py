@@ -77,8 +77,8 @@ class PixelCNN(nn.Module):
             x = random_affine(x)
         if x.device.type == "cpu":
             # oneDNN's convolutions run on channels-last activations: the image tower's forward
-            # and backward took a fifth less time than on NCHW (results/throughput.md, sixth
-            # session).
+            # and backward took a fifth less time than on NCHW (results/throughput.md, "the
+            # CNN's step on oneDNN's layout").
             x = x.contiguous(memory_format=torch.channels_last)
         x = self.features(x).mean(dim=(2, 3))
         return self.project(x)
