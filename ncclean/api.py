@@ -90,6 +90,7 @@ def inject_noise(
     index: PathLike | None = None,
     columns: Columns = Columns(),
     move_with_image: Sequence[str] = (),
+    overwrite: bool = False,
     progress: Progress = no_progress,
 ) -> NoiseSummary:
     """Mismatch a share of the pairs of ``input`` and write the result to ``output``.
@@ -104,7 +105,7 @@ def inject_noise(
 
     return corpus.inject_noise(input, output, ratio=ratio, protocol=protocol, seed=seed,
                                index=index, columns=columns, move_with_image=move_with_image,
-                               progress=progress)
+                               overwrite=overwrite, progress=progress)
 
 
 def inspect(input: PathLike, columns: Columns = Columns(), *, strict: bool = False,
@@ -133,6 +134,7 @@ def score(
     scale: ScaleOptions | None = None,
     progress: Progress = no_progress,
     given: frozenset[str] = frozenset(),
+    argv: Sequence[str] | None = None,
     **keywords: Any,
 ) -> ScoreSummary:
     """Score every pair of ``input`` with ``method`` (its parameters ``params``, see ``ncclean
@@ -157,32 +159,26 @@ def score(
     or loaded (``fit``), applied shard by shard by an engine (``local`` or ``ray``), output to a
     folder of shards (:mod:`ncclean.pipeline.sharded`, ``docs/scaling.md``). With a saved fit,
     an option it fixes given with another value is an error; ``given`` names options to treat
-    as given even at their default (the command line's).
+    as given even at their default (the command line's). ``argv``: the command line the run
+    record names (default: the process's).
     """
-    from ncclean.options import ScoreRequest, fold_keywords
-    from ncclean.pipeline.score import check_write, prepare_output, score_corpus
+    from ncclean.options import fold_keywords
+    from ncclean.pipeline.frames import is_table, table_file
 
-    groups = fold_keywords({"matcher": matcher, "cut": cut, "stages": stages, "run": run},
-                           keywords)
-    from ncclean.pipeline.route import resolve_scale, wants_shards
-    from ncclean.pipeline.score import default_output
-    from ncclean.pipeline.sharded import score_sharded
+    if is_table(input):  # a table in memory: scored from a temporary file, its rows returned
+        from dataclasses import replace
 
-    run = groups["run"]
-    check_write(input, columns, run.write)  # a scores-only output needs an id, asked first
-    scale = resolve_scale(input, default_output(input) if output is None else output, columns,
-                          scale)
-    sharded = wants_shards(input, output, scale) if output is not None else scale.asked
-    if not sharded or output is None:  # a bad output fails before torch is imported
-        output = prepare_output(input, output)
-    from ncclean.device import resolve_device
+        with table_file(input) as path:
+            summary = score(path, output or path.with_name("scored.parquet"), method, params,
+                            columns=columns, matcher=matcher, cut=cut, stages=stages, run=run,
+                            scale=scale, progress=progress, given=given, argv=argv, **keywords)
+            return replace(summary, _rows=summary.rows, input=None,
+                           output=summary.output if output else None)
+    groups = fold_keywords({"columns": columns, "matcher": matcher, "cut": cut,
+                            "stages": stages, "run": run}, keywords)
+    from ncclean.pipeline.run import run_score
 
-    request = ScoreRequest(input, output, method, params, columns, groups["matcher"],
-                           groups["cut"], groups["stages"], run, scale,
-                           resolve_device(run.device), given)
-    if sharded:
-        return score_sharded(request, progress)
-    return score_corpus(request, progress)
+    return run_score(input, output, method, params, groups, scale, given, argv, progress)
 
 
 def embed(
@@ -204,6 +200,7 @@ def embed(
     max_image_pixels: int | None = None,
     engine: str = "local",
     ray_address: str | None = None,
+    overwrite: bool = False,
     progress: Progress = no_progress,
 ):
     """Add image and caption vectors to every row of ``input`` (:mod:`ncclean.embed`).
@@ -226,15 +223,16 @@ def embed(
                        clip_model=clip_model, clip_pretrained=clip_pretrained,
                        clip_checkpoint=clip_checkpoint, shard_rows=shard_rows, device=device,
                        max_image_pixels=max_image_pixels, engine=engine,
-                       ray_address=ray_address, progress=progress)
+                       ray_address=ray_address, overwrite=overwrite, progress=progress)
 
 
 def split(input: PathLike, out_dir: PathLike | None = None, *, html: PathLike | None = None,
-          image_col: str = "image", caption_col: str = "caption", per_partition: int = 40,
+          image_col: str | None = None, caption_col: str | None = None, per_partition: int = 40,
           top: int = 10, seed: int = 0) -> SplitSummary:
     """Split a scored file into ``out_dir/<partition>.parquet`` (every partition, ``invalid``
     included) and write ``out_dir/summary.json`` (``None``: ``<input stem>.split/`` beside the
-    input); with ``html``, also the HTML report (:mod:`ncclean.report.html`). The files' row
+    input); with ``html``, also the HTML report (:mod:`ncclean.report.html`). The caption and
+    image columns are the scoring run's unless named. The files' row
     counts are read back and must add up to the input's."""
     from ncclean.pipeline.split import split_scored
 

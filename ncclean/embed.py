@@ -98,6 +98,12 @@ def embed_clip_spec(encoder: str, model: str, pretrained: str | None,
 
 ENCODERS = tuple(EMBEDDERS)
 DEFAULT_ENCODER = "imagenet+e5"
+
+
+def default_encoder(clip_weights: bool) -> str:
+    """The encoder ``embed`` uses when none is named: ``clip`` when CLIP weights are given,
+    else :data:`DEFAULT_ENCODER`."""
+    return "clip" if clip_weights else DEFAULT_ENCODER
 """What ``embed`` and a sharded run's embed stage use unless told otherwise."""
 
 

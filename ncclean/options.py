@@ -282,7 +282,8 @@ class RunOptions:
     state every epoch; ``strict``: fail on invalid rows; ``max_image_pixels``: larger images are
     invalid (``None``: 89,478,485); ``save_matcher``: where to save the trained matcher;
     ``write``: what the output holds, ``all`` (every input column, then ncclean's) or ``scores``
-    (the id column, then ncclean's: joinable on the id, :mod:`ncclean.data.results`)."""
+    (the id column, then ncclean's: joinable on the id, :mod:`ncclean.data.results`);
+    ``overwrite``: replace an output file that ncclean did not write (refused otherwise)."""
 
     seed: int = 0
     device: str = "auto"
@@ -293,6 +294,7 @@ class RunOptions:
     max_image_pixels: int | None = None
     save_matcher: PathLike | None = None
     write: Literal["all", "scores"] = "all"
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         _at_least("--seed", self.seed, 0)
@@ -307,6 +309,13 @@ GROUPS: dict[str, type] = {"matcher": MatcherOptions, "cut": Cut, "stages": Stag
 _OWNER = {f.name: group for group, kind in GROUPS.items() for f in fields(kind)}
 
 
+#: The column keywords every API function takes (``caption_col="text"``), and the field of
+#: :class:`ncclean.data.schema.Columns` each names.
+COLUMN_KEYWORDS = {"caption_col": "caption", "image_col": "image", "id_col": "id",
+                   "image_id_col": "image_id", "image_emb_col": "image_emb",
+                   "text_emb_col": "text_emb", "allow_absolute_paths": "allow_absolute_paths"}
+
+
 def fold_keywords(groups: dict[str, Any], keywords: dict[str, Any], command: str = "score"
                   ) -> dict[str, Any]:
     """``groups`` (group name -> options object) with loose keywords such as ``seed=3`` or
@@ -315,6 +324,9 @@ def fold_keywords(groups: dict[str, Any], keywords: dict[str, Any], command: str
     ``TypeError``, as Python's own."""
     moved: dict[str, dict[str, Any]] = {}
     for name, value in keywords.items():
+        if name in COLUMN_KEYWORDS and "columns" in groups:  # caption_col=... as split takes it
+            moved.setdefault("columns", {})[COLUMN_KEYWORDS[name]] = value
+            continue
         if name not in _OWNER:
             raise TypeError(f"{command}() got an unexpected keyword argument {name!r}")
         moved.setdefault(_OWNER[name], {})[name] = value
@@ -404,6 +416,21 @@ class ScoreRequest:
     scale: ScaleOptions
     device: str
     given: frozenset[str] = frozenset()
+    started: str = ""
+    argv: tuple[str, ...] = ()
+
+    def provenance(self, files: list, root) -> dict:
+        """The run record's provenance: ``started`` (UTC, ISO 8601), ``argv`` (the command
+        line), ``input_sha256`` (a fingerprint of ``files``, the input's, under ``root``) and
+        ``versions`` (ncclean's and its main dependencies')."""
+        from pathlib import Path
+
+        from ncclean.provenance import MAIN_PACKAGES, input_sha256, versions
+
+        return {"started": self.started, "argv": list(self.argv),
+                "input_sha256": input_sha256([Path(f) for f in files if Path(f).is_file()],
+                                             Path(root)),
+                "versions": versions(*MAIN_PACKAGES)}
 
     def options(self) -> dict[str, dict]:
         """Every option group, field by field, as the run record's ``options``."""

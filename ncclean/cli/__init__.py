@@ -62,6 +62,7 @@ def _run(words: list[str]) -> int:
     from ncclean.errors import NcCleanError
 
     state.debug = "--debug" in words[:1]
+    state.argv = ("ncclean", *words)
     _finish_run(succeeded=True)  # an earlier run in this process planned nothing for this one
     try:
         result = app(args=words, prog_name="ncclean", standalone_mode=False)

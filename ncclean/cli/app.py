@@ -6,7 +6,6 @@ Command modules import :mod:`ncclean.api` inside their function bodies, so that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -44,12 +43,7 @@ _typer_display_type = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = _display_type
 
 
-@dataclass
-class State:
-    debug: bool = False
-
-
-state = State()
+from ncclean.cli.state import state  # noqa: E402 (the run's flags, set by main)
 
 app = typer.Typer(
     name="ncclean",

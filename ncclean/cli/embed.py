@@ -44,6 +44,7 @@ def embed(
         "where the cluster has GPUs).")] = "local",
     ray_address: Annotated[str | None, typer.Option(
         help="Ray cluster to use with --engine ray [default: a local one].")] = None,
+    overwrite: options.Overwrite = False,
     caption_col: options.CaptionCol = "caption",
     image_col: options.ImageCol = "image",
     clip_model: options.ClipModel = "ViT-B-32",
@@ -63,7 +64,7 @@ def embed(
             clip_model=clip_model, clip_pretrained=clip_pretrained,
             clip_checkpoint=clip_checkpoint, shard_rows=shard_rows, device=device,
             max_image_pixels=max_image_pixels, engine=engine, ray_address=ray_address,
-            progress=progress)
+            overwrite=overwrite, progress=progress)
     if json_:
         print_json(summary.as_dict())
         return

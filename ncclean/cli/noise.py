@@ -34,6 +34,7 @@ def inject_noise(
     image_id_col: options.ImageIdCol = None,
     image_emb_col: options.ImageEmbCol = None,
     text_emb_col: options.TextEmbCol = None,
+    overwrite: options.Overwrite = False,
     json_: options.Json = False,
 ) -> None:
     """Mismatch a share of the pairs: captions stay in their rows, images move. Writes the
@@ -48,7 +49,7 @@ def inject_noise(
     with progress_bars(not json_) as progress:
         s = api.inject_noise(input, output, ratio=ratio, protocol=protocol, seed=seed,
                              index=index, columns=columns, move_with_image=move,
-                             progress=progress)
+                             overwrite=overwrite, progress=progress)
     if json_:
         print_json(s.as_dict())
         return

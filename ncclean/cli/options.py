@@ -16,6 +16,12 @@ CaptionCol = Annotated[str, typer.Option(
 ImageCol = Annotated[str, typer.Option(
     "--image-col", help="Column holding images: bytes, a path relative to the Parquet file, or a "
     "{bytes, path} struct.", rich_help_panel=_COLUMNS)]
+RecordedCaptionCol = Annotated[str | None, typer.Option(
+    "--caption-col", help="Column holding the caption text [default: the scoring run's].",
+    show_default=False, rich_help_panel=_COLUMNS)]
+RecordedImageCol = Annotated[str | None, typer.Option(
+    "--image-col", help="Column holding images [default: the scoring run's].",
+    show_default=False, rich_help_panel=_COLUMNS)]
 IdCol = Annotated[str | None, typer.Option(
     "--id-col", help="Column with a stable pair id [default: 'id' if present, else the row "
     "number].", show_default=False, rich_help_panel=_COLUMNS)]
@@ -44,6 +50,9 @@ ClipCheckpoint = Annotated[Path | None, typer.Option(
     rich_help_panel=_CLIP)]
 
 Json = Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")]
+Overwrite = Annotated[bool, typer.Option(
+    "--overwrite", help="Replace an output file that ncclean did not write (refused otherwise, "
+    "so that -o never replaces a corpus by accident).")]
 Strict = Annotated[bool, typer.Option(
     "--strict", help="Fail on invalid rows instead of keeping them marked in invalid_reason.")]
 

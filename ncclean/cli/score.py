@@ -150,6 +150,7 @@ def score(
         "column and ncclean's columns only (scores), to join on the id, when rewriting every "
         "input column is the cost. split, check and split --report read either; retrain needs "
         "all.", rich_help_panel="Scaling")] = "all",
+    overwrite: options.Overwrite = False,
     save_fit: Annotated[Path | None, typer.Option(
         help="Save the fit (a folder) to apply later with --fit.",
         rich_help_panel="Scaling")] = None,
@@ -167,6 +168,7 @@ def score(
     this file."""
     from ncclean import api
     from ncclean.cli.render import console, print_json, progress_bars, render_score, warning_line
+    from ncclean.cli.state import state
     from ncclean.errors import BadOptionError
     from ncclean.options import (
         DEFAULT_CUT,
@@ -235,7 +237,7 @@ def score(
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
                      checkpoint_dir=checkpoint_dir, resume=resume, strict=strict,
                      max_image_pixels=max_image_pixels, save_matcher=save_matcher,
-                     write=write)
+                     write=write, overwrite=overwrite)
     scale = ScaleOptions(fit_sample=int(fit_sample) if fit_sample.strip().isdigit() else fit_sample,
                          save_fit=save_fit, fit=fit, engine=engine,
                          ray_address=ray_address)
@@ -245,7 +247,7 @@ def score(
     with progress_bars(not json_) as progress:
         summary = api.score(input, output, method, params, columns=columns, matcher=matcher,
                             cut=cut, stages=stages, run=run, scale=scale, progress=progress,
-                            given=options.given(ctx, FIXED_BY_FIT))
+                            given=options.given(ctx, FIXED_BY_FIT), argv=state.argv)
     api.remember_scored(summary.output)
     if json_:
         print_json(summary.as_dict())

@@ -24,8 +24,8 @@ def split(
         help="Also write a self-contained HTML report with charts and thumbnails.")] = None,
     per_partition: Annotated[int, typer.Option(
         min=1, max=500, help="Pairs shown per partition in the HTML report.")] = 40,
-    caption_col: options.CaptionCol = "caption",
-    image_col: options.ImageCol = "image",
+    caption_col: options.RecordedCaptionCol = None,
+    image_col: options.RecordedImageCol = None,
     seed: Annotated[int, typer.Option(help="Seed of the report's samples and bootstrap.")] = 0,
     json_: options.Json = False,
 ) -> None:

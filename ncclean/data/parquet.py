@@ -225,6 +225,37 @@ def check_output_path(out: str | os.PathLike, source: PairSource | None = None) 
     return out
 
 
+def written_by_ncclean(path: str | os.PathLike) -> bool:
+    """Whether the file ``path`` was written by an ncclean command: its Parquet metadata holds
+    a run record (:data:`RECORD_KEY`), or the ``.json`` record beside it names a command."""
+    path = Path(path)
+    try:
+        if RECORD_KEY.encode() in (pq.read_schema(path).metadata or {}):
+            return True
+    except (OSError, pa.ArrowInvalid):
+        pass
+    side = sidecar_path(path)
+    try:
+        record = json.loads(side.read_text()) if side.exists() else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "command" in record
+
+
+def check_not_foreign(out: str | os.PathLike, overwrite: bool = False,
+                      input: str | os.PathLike | None = None) -> None:
+    """:class:`OutputError` when ``out`` is a file that ncclean did not write (a raw corpus, a
+    file of the user's), unless ``overwrite``: ``-o`` never replaces one by accident. The
+    ``input`` itself is left to :func:`check_output_path`, which says so."""
+    out = Path(out)
+    if overwrite or not out.is_file() or written_by_ncclean(out):
+        return
+    if input is not None and out.resolve() == Path(input).resolve():
+        return
+    raise OutputError(f"{out} exists and was not written by ncclean; give another -o, or "
+                      "--overwrite to replace it")
+
+
 def json_text(payload: Mapping, indent: int | None = 2) -> str:
     """``payload`` as JSON text (numpy values and paths included)."""
     return json.dumps(payload, indent=indent, sort_keys=False, default=_json_default)

@@ -184,9 +184,10 @@ def partition_counts(partition: pa.Array | np.ndarray) -> dict[str, int]:
 
 
 def stable_record(record: Mapping) -> dict:
-    """``record`` without its timings (every key ``seconds`` or ``*_seconds``, at any depth): what
-    goes into the Parquet file, so that the same seed still writes the same bytes. The JSON copy
-    keeps them."""
+    """``record`` without what differs from run to run of the same command: its timings (every
+    key ``seconds`` or ``*_seconds``, at any depth), its start time and command line (``started``,
+    ``argv``): what goes into the Parquet file, so that the same seed still writes the same
+    bytes. The JSON copy keeps them."""
     def strip(value):
         if isinstance(value, Mapping):
             return {k: strip(v) for k, v in value.items()
@@ -195,7 +196,8 @@ def stable_record(record: Mapping) -> dict:
             return [strip(v) for v in value]
         return value
 
-    return strip(json.loads(json_text(record, indent=None)))
+    stable = strip(json.loads(json_text(record, indent=None)))
+    return {k: v for k, v in stable.items() if k not in ("started", "argv")}
 
 
 def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResults,

@@ -83,6 +83,7 @@ def inject_noise(
     index: PathLike | None = None,
     columns: Columns = Columns(),
     move_with_image: Sequence[str] = (),
+    overwrite: bool = False,
     progress: Progress = no_progress,
 ) -> NoiseSummary:
     """Mismatch a share of the pairs of ``input`` and write the result to ``output``.
@@ -105,11 +106,18 @@ def inject_noise(
         sample_noise,
         write_index,
     )
-    from ncclean.data.parquet import check_output_path, sidecar_path, write_json, write_pairs
+    from ncclean.data.parquet import (
+        check_not_foreign,
+        check_output_path,
+        sidecar_path,
+        write_json,
+        write_pairs,
+    )
     from ncclean.data.schema import IMAGE_ID, NOISY_GT, ORIGINAL_IMAGE_ID
     from ncclean.errors import SchemaError
     from ncclean.provenance import versions
 
+    check_not_foreign(output, overwrite, input)
     corpus = read_corpus(input, columns, progress=progress)
     source, resolved = corpus.source, corpus.columns
     out = check_output_path(output, source)

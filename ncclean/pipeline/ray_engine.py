@@ -175,10 +175,10 @@ class ShardEmbedder:
     """A Ray Data actor: loads the encoder once (on its GPU when it was given one), then embeds
     the shard of each job it is given (:func:`ncclean.pipeline.vectors.embed_shard`)."""
 
-    def __init__(self, columns: Columns, spec, scratch: str, device: str) -> None:
+    def __init__(self, columns: Columns, spec, work_dir: str, device: str) -> None:
         from ncclean.embed import Encoder
 
-        self.columns, self.spec, self.scratch, self.device = columns, spec, Path(scratch), device
+        self.columns, self.spec, self.scratch, self.device = columns, spec, Path(work_dir), device
         self.encoder = Encoder(spec.encoder, spec.clip_spec, device, spec.max_pixels)
 
     def __call__(self, batch: dict) -> dict:
@@ -219,7 +219,7 @@ def embed_on_ray(jobs: list, columns: Columns, spec, scratch: Path, device: str,
                  f"ray, {workers} {'GPU ' if gpus else ''}actors")
         try:
             _map(ray, ShardEmbedder, {"columns": columns, "spec": spec,
-                                      "scratch": str(scratch), "device": device},
+                                      "work_dir": str(scratch), "device": device},
                  items, workers, own, **resources)
         except BaseException as error:
             ours = _ours(error)

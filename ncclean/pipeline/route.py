@@ -66,3 +66,4 @@ def resolve_scale(input: PathLike, output: PathLike | None, columns: Columns,
     from dataclasses import replace
 
     return replace(scale, fit_sample=AUTO_FIT_SAMPLE)
+

@@ -33,6 +33,19 @@ class ScoreSummary(Summary):
     detection: dict[str, float] | None = None
     n_pseudo_captions: int = 0
     warnings: list[str] = field(default_factory=list)
+    _rows: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def rows(self):
+        """The scored rows as a pyarrow Table (read from ``output`` when first asked for)."""
+        if self._rows is None:
+            from ncclean.pipeline.frames import read_rows
+
+            object.__setattr__(self, "_rows", read_rows(Path(self.output)))
+        return self._rows
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in super().as_dict().items() if k != "_rows"}
 
 
 def cache_path(cache_dir: PathLike | bool | None) -> Path | None:
@@ -99,12 +112,13 @@ CHECKPOINT_STATE = "training-state.safetensors"
 """The name :mod:`ncclean.train.loop` saves a training state under (with a ``.json``)."""
 
 
-def prepare_output(input: PathLike, output: PathLike | None) -> Path:
+def prepare_output(input: PathLike, output: PathLike | None, overwrite: bool = False) -> Path:
     """The output path (``None``: :func:`default_output`, refused when a file there was not
-    written by ``score``), checked against the input and probed for writing
+    written by ``score``; a given one refused when ncclean did not write the file there, unless
+    ``overwrite``), checked against the input and probed for writing
     (:func:`ncclean.data.parquet.check_output_path`): an error in the first second of a run, not
     after it."""
-    from ncclean.data.parquet import check_output_path, open_pairs
+    from ncclean.data.parquet import check_not_foreign, check_output_path, open_pairs
     from ncclean.errors import OutputError
 
     source = open_pairs(input)
@@ -113,6 +127,7 @@ def prepare_output(input: PathLike, output: PathLike | None) -> Path:
         if Path(output).exists() and not written_by_score(output):
             raise OutputError(f"{output} exists and was not written by 'ncclean score'; give "
                               "-o to write elsewhere, or remove it")
+    check_not_foreign(output, overwrite, input)
     return check_output_path(output, source)
 
 
@@ -161,7 +176,7 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
     columns, matcher, cut, stages, run = (request.columns, request.matcher, request.cut,
                                           request.stages, request.run)
     device = request.device
-    out = prepare_output(input, output)  # first: before torch is even imported
+    out = prepare_output(input, output, run.overwrite)  # first: before torch is imported
     import numpy as np
 
     from ncclean.data.corpus import read_corpus
@@ -250,7 +265,7 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
         "cut": resolved.record(cut, by_method=result.partition is not None),
         "significance": significance_mode(stages, result), "write": run.write,
         "options": request.options(),
-    }
+    } | request.provenance([shard.path for shard in corpus.source.shards], corpus.source.path)
     summary = write_scored(corpus, features, out, result, clean_prob, parts, added, seconds,
                            began, sidecar, run.save_matcher, run.write)
     summary.warnings.extend(warnings + list(result.report.get("warnings", [])))
@@ -269,7 +284,6 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
     from ncclean.data.results import NOISY, PairResults, partition_counts, write_results
     from ncclean.data.schema import NOISY_GT
     from ncclean.models.checkpoint import save_matcher as save_checkpoint
-    from ncclean.provenance import versions
 
     rows = features.rows
     detection = None
@@ -290,7 +304,6 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         "stages": stages.report,
         "report": result.report,
         "seconds": seconds,
-        "versions": versions("torch", "numpy", "pyarrow", "scikit-learn"),
     }, write)
     if save_matcher is not None and result.matcher is not None:
         save_checkpoint(save_matcher, result.matcher, {"method": sidecar["method"],

@@ -353,6 +353,7 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
                 "sample": fit.meta["sample"], "signal": fit.meta["signal"]},
         "engine": scale.engine, "write": run.write,
         "options": request.options(),
+        **request.provenance([s.path for s in list_shards(input)], input),
         "estimated_noise_rate": fit.meta["noise_rate"], "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts,
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],

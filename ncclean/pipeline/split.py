@@ -38,8 +38,31 @@ def default_split_dir(input: PathLike) -> Path:
     return input.with_name(name + ".split")
 
 
+def recorded_columns(scored, caption_col: str | None, image_col: str | None
+                     ) -> tuple[str, str | None]:
+    """The caption and image columns of a scored file: those named, else the scoring run's (its
+    record's options), else ``caption`` and ``image``. A named or recorded caption column the
+    file lacks is a :class:`~ncclean.errors.SchemaError`; an image column it lacks is ``None``
+    (a scores-only output, or one scored from vectors)."""
+    from ncclean.errors import SchemaError
+
+    recorded = (scored.sidecar.get("options") or {}).get("columns") or {}
+    names = scored.source.schema.names
+    caption = caption_col or recorded.get("caption") or "caption"
+    if caption not in names and (caption_col or "caption" in names or
+                                 scored.sidecar.get("write") != "scores"):
+        raise SchemaError(f"{scored.source.path}: no caption column {caption!r}"
+                          f"{' (the scoring run named it)' if not caption_col else ''}; "
+                          f"columns: {', '.join(names[:12])}; name one with --caption-col")
+    image = image_col or recorded.get("image") or "image"
+    if image_col and image not in names:
+        raise SchemaError(f"{scored.source.path}: no image column {image!r}; columns: "
+                          f"{', '.join(names[:12])}")
+    return caption, image if image in names else None
+
+
 def split_scored(input: PathLike, out_dir: PathLike | None, *, html: PathLike | None = None,
-                 image_col: str = "image", caption_col: str = "caption",
+                 image_col: str | None = None, caption_col: str | None = None,
                  per_partition: int = 40, top: int = 10, seed: int = 0) -> SplitSummary:
     """Split the scored file ``input`` into ``out_dir/<partition>.parquet`` (every partition,
     ``invalid`` included) and write ``out_dir/summary.json``; with ``html``, also the HTML report
@@ -55,6 +78,7 @@ def split_scored(input: PathLike, out_dir: PathLike | None, *, html: PathLike | 
     from ncclean.report.noise import noise_estimate
 
     scored = open_scored(input)
+    caption_col, image_col = recorded_columns(scored, caption_col, image_col)
     out_dir = default_split_dir(input) if out_dir is None else Path(out_dir)
     paths = split_by_partition(scored.source, out_dir)
     written = {name: pq.ParquetFile(path).metadata.num_rows for name, path in paths.items()}

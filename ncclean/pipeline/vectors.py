@@ -164,7 +164,8 @@ def embed_input(input, output, *, encoder: str | None, caption_col: str, image_c
                 half: bool, layout: str, image_emb_col: str, text_emb_col: str,
                 clip_model: str, clip_pretrained: str | None, clip_checkpoint,
                 shard_rows: int, device: str, max_image_pixels: int | None, engine: str,
-                ray_address: str | None, progress: Progress = no_progress):
+                ray_address: str | None, overwrite: bool = False,
+                progress: Progress = no_progress):
     """:func:`ncclean.api.embed`: one file embedded whole, or a corpus of shards shard by
     shard into a folder (:func:`embed_folder`)."""
     from ncclean.data.images import DEFAULT_MAX_PIXELS
@@ -180,9 +181,9 @@ def embed_input(input, output, *, encoder: str | None, caption_col: str, image_c
     if image_emb_col == text_emb_col:
         raise BadOptionError("the image and text embedding columns need different names")
     if encoder is None:
-        from ncclean.embed import DEFAULT_ENCODER
+        from ncclean.embed import default_encoder
 
-        encoder = "clip" if clip_checkpoint or clip_pretrained else DEFAULT_ENCODER
+        encoder = default_encoder(bool(clip_checkpoint or clip_pretrained))
     spec = embed_clip_spec(encoder, clip_model, clip_pretrained, clip_checkpoint)
     if engine not in ENGINES:
         raise BadOptionError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -196,6 +197,10 @@ def embed_input(input, output, *, encoder: str | None, caption_col: str, image_c
     if engine != "local":
         raise BadOptionError("--engine ray embeds a corpus of shards (a folder or tars) into a "
                              "folder; one file is embedded here")
+    if layout == "parquet":
+        from ncclean.data.parquet import check_not_foreign
+
+        check_not_foreign(output, overwrite, input)
     source = open_pairs(input)
     resolved = resolve_columns(Columns(caption=caption_col, image=image_col), source.schema,
                                need_image=embeds_images(encoder))

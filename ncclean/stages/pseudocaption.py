@@ -140,15 +140,27 @@ def _random_caption_floor(space: DonorSpace, query_rows: np.ndarray, donor_rows:
     return float(np.percentile(np.einsum("nd,nd->n", queries, keys), quantile))
 
 
-def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
-                    donors: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Donor pair and score for every ``noisy`` pair, searched among ``donors``.
+def donor_cap(n_suggestions: int) -> int:
+    """The most pairs one caption is suggested for: 1% of the suggestions, at least 2. A caption
+    close to every image (a hub of the space) would otherwise be offered for hundreds."""
+    return max(2, n_suggestions // 100)
 
-    ``noisy``, ``donors``: ``(n_pairs,) bool``. Returns ``donor`` ``(n_pairs,) int64`` (pair
-    index, -1 for no suggestion), ``score`` ``(n_pairs,) float32`` (NaN without suggestion) and
-    a report (threshold, coverage, how many donors were searched, and beyond the stages' search
-    budget, :data:`ncclean.stages.SEARCH_BUDGET`, how: ``search`` is ``index`` or, without the
-    index library, ``sample``, a seeded sample of the donors).
+
+def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
+                    donors: np.ndarray, seed: int = 0,
+                    cap: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Donor pair and score for every ``noisy`` pair, searched among ``donors``, each donor
+    suggested for at most :func:`donor_cap` pairs (``cap``): a pair whose best donor is full
+    (taken by pairs it fits better) gets its best donor among the others. On clip art at 50%
+    the cap took the most repeated suggestion from 13.5% of them to 1%
+    (``benchmarks/results/stages.md``).
+
+    ``noisy``, ``donors``: ``(n_pairs,) bool``. Returns ``donor`` ``(n_pairs,)
+    int64`` (pair index, -1 for no suggestion), ``score`` ``(n_pairs,) float32`` (NaN without
+    suggestion) and a report (threshold, coverage, how many donors were searched, the most
+    pairs one donor got, and beyond the stages' search budget,
+    :data:`ncclean.stages.SEARCH_BUDGET`, how: ``search`` is ``index`` or, without the index
+    library, ``sample``, a seeded sample of the donors).
     """
     n = features.n_pairs
     donor = np.full(n, -1, dtype=np.int64)
@@ -171,19 +183,77 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
         min_score = min(float(np.percentile(own, 5)),
                         _random_caption_floor(space, query_rows, searched, seed))
     donor_rows = searched
-    cap = reference_limit(len(query_rows))
-    if len(donor_rows) > cap:
+    limit = reference_limit(len(query_rows))
+    if len(donor_rows) > limit:
         if not index_available():
             report |= sample_note()
-        donor_rows = np.sort(derive_rng(seed, "donor-sample").choice(donor_rows, cap,
+        donor_rows = np.sort(derive_rng(seed, "donor-sample").choice(donor_rows, limit,
                                                                      replace=False))
     report["searched_donors"] = int(len(donor_rows))
-    if over_budget(len(query_rows), len(donor_rows)) and index_available():
+    indexed = over_budget(len(query_rows), len(donor_rows)) and index_available()
+    if indexed:
         report |= index_note()
-        best, best_score = _indexed(space, query_rows, donor_rows, features.text_group)
-    else:
-        best, best_score = _best(space, query_rows, donor_rows, features.text_group)
-    keep = np.isfinite(best_score) & (best_score >= min_score)
+    best, best_score = _capped(space, query_rows, donor_rows, features.text_group, min_score,
+                               indexed, rounds=8 if cap else 0)
+    keep = best >= 0
     donor[query_rows[keep]] = donor_rows[best[keep]]
     score[query_rows[keep]] = best_score[keep]
-    return donor, score, report | {"min_score": min_score, "suggested": int(keep.sum())}
+    uses = np.bincount(best[keep], minlength=len(donor_rows))
+    return donor, score, report | {"min_score": min_score, "suggested": int(keep.sum()),
+                                   "most_uses_of_one_donor": int(uses.max(initial=0))}
+
+
+def _capped(space: DonorSpace, query_rows: np.ndarray, donor_rows: np.ndarray,
+            text_group: np.ndarray, min_score: float, indexed: bool,
+            rounds: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Index into ``donor_rows`` of each query's donor (``-1``: none at or above
+    ``min_score``) and its score, no donor taken by more than :func:`donor_cap` of the
+    suggestions: the queries a full donor fits best keep it, the others search again among the
+    donors not yet full, for up to ``rounds`` rounds; what is still over the cap then gets no
+    suggestion."""
+    search = _indexed if indexed else _best
+    best, best_score = search(space, query_rows, donor_rows, text_group)
+    best = np.where(np.isfinite(best_score) & (best_score >= min_score), best, -1)
+    open_donors = np.ones(len(donor_rows), dtype=bool)
+    for _ in range(rounds):
+        released, full = _over_cap(best, best_score, len(donor_rows))
+        if not len(released):
+            break
+        open_donors &= ~full  # full donors take no more pairs
+        best[released] = -1
+        if not open_donors.any():
+            break
+        remaining = np.flatnonzero(open_donors)
+        again, again_score = search(space, query_rows[released], donor_rows[remaining],
+                                    text_group)
+        fits = np.isfinite(again_score) & (again_score >= min_score)
+        best[released[fits]] = remaining[again[fits]]
+        best_score[released] = np.where(fits, again_score, np.nan)
+    if rounds:
+        best = within_cap(best, best_score, len(donor_rows))
+    return best, np.where(best >= 0, best_score, np.nan).astype(np.float32)
+
+
+def within_cap(best: np.ndarray, score: np.ndarray, n_donors: int) -> np.ndarray:
+    """``best`` (each query's donor index, ``-1`` for none) with the worst fitting queries of
+    every donor beyond :func:`donor_cap` set to ``-1``; the cap falls with the suggestions it
+    removes, so this repeats until no donor is over it."""
+    best = best.copy()
+    while len(released := _over_cap(best, score, n_donors)[0]):
+        best[released] = -1
+    return best
+
+
+def _over_cap(best: np.ndarray, score: np.ndarray, n_donors: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The queries beyond :func:`donor_cap` of their donor (the worst fitting of its queries)
+    and which donors are full, ``(n_donors,) bool``."""
+    taken = best >= 0
+    cap = donor_cap(int(taken.sum()))
+    uses = np.bincount(best[taken], minlength=n_donors)
+    if uses.max(initial=0) <= cap:
+        return np.zeros(0, dtype=np.int64), uses >= cap
+    order = np.lexsort((-score, best))  # by donor, best fitting first
+    order = order[taken[order]]
+    rank = np.arange(len(order)) - np.searchsorted(best[order], best[order])
+    return order[rank >= cap], uses >= cap

@@ -46,7 +46,7 @@ def small_budget(monkeypatch):
 
 def donors_of(embeddings, features, noisy, seed=0):
     space = DonorSpace(query=embeddings.images, key=embeddings.texts, name="t", min_score=-1.0)
-    return pseudo_captions(space, features, noisy, ~noisy, seed=seed)
+    return pseudo_captions(space, features, noisy, ~noisy, seed=seed, cap=False)
 
 
 def test_within_the_budget_the_search_is_exact_and_the_record_unchanged():

@@ -61,7 +61,7 @@ def test_a_repeated_caption_counts_once_in_the_random_caption_floor():
                         image_data=images, text_data=texts)
     space = matcher_space(Embeddings(images=images, texts=texts), features)
     noisy = np.arange(n) >= 81
-    donor, score, report = pseudo_captions(space, features, noisy, ~noisy)
+    donor, score, report = pseudo_captions(space, features, noisy, ~noisy, cap=False)
     assert _random_caption_floor(space, np.flatnonzero(noisy), np.flatnonzero(~noisy), 0) > 0.99
     assert report["min_score"] < 0.5
     assert (donor[81:121] < 50).all() and (donor[121:] == 80).all()
@@ -104,7 +104,7 @@ def test_search_matches_brute_force_and_samples_donors_beyond_the_budget(monkeyp
     noisy = rng.random(n) < 0.3
     space = DonorSpace(query=images, key=texts, name="t", by_text=True, min_score=-2.0,
                        query_index=features.image_group, key_index=features.text_group)
-    donor, score, report = pseudo_captions(space, features, noisy, ~noisy)
+    donor, score, report = pseudo_captions(space, features, noisy, ~noisy, cap=False)
     donor_texts = np.unique(features.text_group[~noisy])
     for i in np.flatnonzero(noisy):
         allowed = donor_texts[donor_texts != features.text_group[i]]
@@ -119,3 +119,31 @@ def test_search_matches_brute_force_and_samples_donors_beyond_the_budget(monkeyp
     assert first[2]["searched_donors"] == 5
     assert len(np.unique(first[0][first[0] >= 0])) <= 5
     assert np.array_equal(first[0], again[0])
+
+
+def test_no_caption_is_offered_to_more_than_its_share_of_the_suggestions():
+    # 200 noisy images all nearest to one clean caption (a hub), each also near a caption of
+    # its own kind: the hub goes to the two it fits best, the rest get their next best
+    from ncclean.stages.pseudocaption import donor_cap
+
+    rng = np.random.default_rng(1)
+    n_clean, n_noisy = 100, 200
+    hub = unit(np.ones((1, 16)))[0]
+    texts = unit(rng.standard_normal((n_clean, 16)))
+    texts[0] = hub
+    images = np.concatenate([texts, unit(hub + 0.15 * rng.standard_normal((n_noisy, 16)))])
+    n = n_clean + n_noisy
+    features = Features(rows=np.arange(n), image_group=np.arange(n),
+                        text_group=np.concatenate([np.arange(n_clean), np.arange(n_noisy) + 500]),
+                        image_data=images, text_data=np.concatenate([texts, texts[:1].repeat(
+                            501 + n_noisy - n_clean, 0)]))
+    space = DonorSpace(query=images, key=features.text_data, name="t", by_text=True,
+                       min_score=-1.0, query_index=features.image_group,
+                       key_index=features.text_group)
+    noisy = np.arange(n) >= n_clean
+    uncapped = pseudo_captions(space, features, noisy, ~noisy, cap=False)[0]
+    assert (uncapped[noisy] == 0).mean() > 0.5  # the hub, without the cap
+    donor, _, report = pseudo_captions(space, features, noisy, ~noisy)
+    taken = donor[noisy][donor[noisy] >= 0]
+    assert np.bincount(taken).max() <= donor_cap(len(taken)) == 2
+    assert report["most_uses_of_one_donor"] <= 2 and len(taken) > 100
