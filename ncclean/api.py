@@ -42,7 +42,7 @@ _SUMMARIES = {"SynthSummary": "ncclean.pipeline.corpus", "NoiseSummary": "ncclea
 __all__ = [
     "CheckResult", "Columns", "CorpusSummary", "Cut", "MatcherOptions", "NoiseSummary",
     "RetrainSummary", "RunOptions", "ScoreSummary", "SplitSummary", "StageOptions",
-    "SynthSummary", "check", "detection_metrics", "embed", "fit_positions", "inject_noise",
+    "SynthSummary", "audit", "check", "detection_metrics", "embed", "fit_positions", "inject_noise",
     "inspect", "methods", "retrain", "score", "split", "synth",
 ]
 
@@ -63,9 +63,8 @@ def detection_metrics(noisy_gt: Any, clean_prob: Any, flagged: Any = None) -> An
 
 
 def fit_positions(fit: PathLike, input: PathLike) -> Any:
-    """``(n_rows,) int64``: for each row of the Parquet file or folder ``input``, its position
-    among the pairs the saved fit at ``fit`` trained on (same id, vectors and caption), ``-1``
-    for a pair it was applied to; with the fit's record (``meta``) as ``(positions, meta)``."""
+    """``(positions, meta)``: each row of ``input``'s position among the pairs the saved fit
+    trained on (``-1``: applied to it), and the fit's record."""
     from ncclean.pipeline.fit import load_fit, sample_positions
 
     loaded = load_fit(fit)
@@ -240,9 +239,21 @@ def split(input: PathLike, out_dir: PathLike | None = None, *, html: PathLike | 
                         per_partition=per_partition, top=top, seed=seed)
 
 
+def audit(input: PathLike, *, sample: int | None = None, output: PathLike | None = None,
+          labels: PathLike | None = None, seed: int = 0, target_precision: float = 0.95,
+          caption_col: str | None = None, image_col: str | None = None):
+    """A labelling sheet of ``sample`` pairs drawn by partition (to ``output``), or each
+    partition's precision, the noise rate and a cut estimated from ``labels`` (docs/audit.md)."""
+    from ncclean.pipeline.audit import audit_scored
+
+    return audit_scored(input, sample=sample, output=output, labels=labels, seed=seed,
+                        target=target_precision, caption_col=caption_col, image_col=image_col)
+
+
 def check(input: PathLike, *, max_noisy: float | None = None, max_vague: float | None = None,
           max_invalid: float | None = None, against: PathLike | None = None,
-          max_increase: float = 0.01) -> CheckResult:
+          max_increase: float = 0.01, labels: PathLike | None = None,
+          min_precision: float = 0.9) -> CheckResult:
     """Judge a scored file for a data-quality gate (:mod:`ncclean.report.gate`): it fails when
     the noisy (or vague) share of valid pairs, or the invalid share of rows, exceeds its bound,
     or, ``against`` a previous run's summary (a scored file's sidecar, ``split``'s
@@ -252,7 +263,7 @@ def check(input: PathLike, *, max_noisy: float | None = None, max_vague: float |
     from ncclean.report.gate import LIMITS, check_scored
 
     limits = dict(zip(LIMITS, (max_noisy, max_vague, max_invalid)))
-    return check_scored(input, limits, against, max_increase)
+    return check_scored(input, limits, against, max_increase, labels, min_precision)
 
 
 def retrain(
@@ -369,20 +380,9 @@ def finish_run(succeeded: bool):
     """End a run: keep the folders it created (``succeeded``) or remove the empty ones; returns
     ``(kept, planned)``: the outputs it completed and how many it planned (an interrupted
     sharded run keeps its complete shards)."""
-    from ncclean.data.atomic import (
-        forget_created_folders,
-        forget_outputs,
-        kept_outputs,
-        remove_created_folders,
-    )
+    from ncclean.data.atomic import finish_run as finish
 
-    if succeeded:
-        forget_created_folders()
-    else:
-        remove_created_folders()
-    kept = kept_outputs()
-    forget_outputs()
-    return kept
+    return finish(succeeded)
 
 
 def is_write_error(error: BaseException) -> bool:

@@ -12,6 +12,7 @@ import typer
 
 from ncclean import __version__
 from ncclean.cli import (
+    audit,
     check,
     embed,
     inspect,
@@ -81,5 +82,6 @@ app.command("inject-noise", epilog=EXIT_CODES)(noise.inject_noise)
 app.command("inspect", epilog=EXIT_CODES)(inspect.inspect)
 app.command("split", epilog=EXIT_CODES)(split.split)
 app.command("check", epilog=EXIT_CODES)(check.check)
+app.command("audit", epilog=EXIT_CODES)(audit.audit)
 app.command("retrain", epilog=EXIT_CODES)(retrain.retrain)
 app.command("embed", epilog=EXIT_CODES)(embed.embed)

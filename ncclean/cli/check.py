@@ -27,6 +27,12 @@ def check(
         "--json output): fail when the noisy share grew by more than --max-increase.")] = None,
     max_increase: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="Allowed growth of the noisy share against --against.")] = 0.01,
+    labels: Annotated[Path | None, typer.Option(
+        help="Labels from 'ncclean audit' (CSV: id,label): fail when the labelled precision of "
+        "clean_significant is below --min-precision.", show_default=False)] = None,
+    min_precision: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="With --labels: the least precision of clean_significant.")]
+    = 0.9,
     json_: options.Json = False,
 ) -> int:
     """Exit 0 when the scored corpus is within the bounds, 1 when it is not, with a one-line
@@ -38,7 +44,8 @@ def check(
 
     input = scored_input(input, "check", quiet=json_)
     result = api.check(input, max_noisy=max_noisy, max_vague=max_vague, max_invalid=max_invalid,
-                       against=against, max_increase=max_increase)
+                       against=against, max_increase=max_increase, labels=labels,
+                       min_precision=min_precision)
     if json_:
         print_json(result.as_dict())
     else:

@@ -258,3 +258,16 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def finish_run(succeeded: bool) -> list:
+    """End a run: keep the folders it created (``succeeded``) or remove the empty ones; returns
+    the outputs it completed (an interrupted sharded run keeps its complete shards)."""
+    if succeeded:
+        forget_created_folders()
+    else:
+        remove_created_folders()
+    kept = kept_outputs()
+    forget_outputs()
+    return kept
+

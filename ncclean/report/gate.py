@@ -69,12 +69,20 @@ def previous_shares(against: str | os.PathLike) -> dict[str, float]:
 
 
 def judge(input: str | os.PathLike, counts: dict[str, int], limits: dict[str, float | None],
-          previous: dict[str, float] | None, max_increase: float) -> CheckResult:
+          previous: dict[str, float] | None, max_increase: float,
+          audited: tuple[float, list[float], float] | None = None) -> CheckResult:
     """The verdict on ``counts`` (rows per partition of ``input``): it fails when a share exceeds
-    its bound in ``limits`` (``None``: unchecked), or when the noisy share grew by more than
-    ``max_increase`` over ``previous``."""
+    its bound in ``limits`` (``None``: unchecked), when the noisy share grew by more than
+    ``max_increase`` over ``previous``, or when ``audited`` (the labelled precision of
+    ``clean_significant``, its interval and the least allowed) falls short."""
     found = shares(counts)
     failures, fine = [], []
+    if audited is not None:
+        precision, (low, high), least = audited
+        said = (f"clean_significant precision {precision:.1%} [{low:.1%}, {high:.1%}] by the "
+                f"labels")
+        (failures if precision < least else fine).append(
+            f"{said} {'<' if precision < least else '>='} {least:.1%}")
     for name, bound in limits.items():
         if bound is None:
             continue
@@ -97,12 +105,26 @@ def judge(input: str | os.PathLike, counts: dict[str, int], limits: dict[str, fl
 
 def check_scored(input: str | os.PathLike, limits: dict[str, float | None],
                  against: str | os.PathLike | None = None,
-                 max_increase: float = 0.01) -> CheckResult:
+                 max_increase: float = 0.01, labels: str | os.PathLike | None = None,
+                 min_precision: float = 0.9) -> CheckResult:
     """Judge the scored file ``input`` (:func:`judge`), ``against`` a previous run's summary if
-    given; the limits are checked before the file is read (none given: the default,
-    :func:`check_limits`)."""
+    given, and with ``labels`` (``audit``'s CSV) on the labelled precision of
+    ``clean_significant`` (at least ``min_precision``); the limits are checked before the file
+    is read (none given: the default, :func:`check_limits`)."""
     from ncclean.data.scored import open_scored
 
-    limits = check_limits(limits, against)
+    if labels is not None and not 0 <= min_precision <= 1:
+        raise BadOptionError(f"--min-precision must be in [0, 1], got {min_precision}")
+    limits = check_limits(limits, against) if labels is None or any(
+        v is not None for v in limits.values()) or against is not None else limits
     previous = previous_shares(against) if against is not None else None
-    return judge(input, open_scored(input).counts(), limits, previous, max_increase)
+    scored = open_scored(input)
+    audited = None
+    if labels is not None:
+        from ncclean.report.audit import estimate, read_labels
+
+        found = estimate(scored, read_labels(labels))["partitions"]["clean_significant"]
+        if not found["labelled"]:
+            raise BadOptionError(f"--labels {labels}: no labelled pair is clean_significant")
+        audited = (found["precision"], found["ci"], min_precision)
+    return judge(input, scored.counts(), limits, previous, max_increase, audited)

@@ -1,0 +1,102 @@
+"""``ncclean audit``: a labelling sheet drawn by partition, labelled from the keyboard and
+exported in the browser; estimates whose intervals hold the true precision; ``check --labels``."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.cli.test_contract import one_line, run
+from tests.pipeline.corpora import vector_table
+from tests.report.test_split_check import CHROMIUM_FLAGS, _chromium_and_playwright
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("audit")
+    pq.write_table(vector_table(600, noise=0.3, seed=3), folder / "pairs.parquet")
+    from ncclean import api
+    from ncclean.data.schema import Columns
+
+    api.score(folder / "pairs.parquet", folder / "s.parquet", "clip",
+              columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
+    return folder / "s.parquet"
+
+
+def labels_from_truth(scored: Path, ids: list[str], path: Path) -> None:
+    table = pq.read_table(scored, columns=["id", "noisy_gt"])
+    truth = dict(zip(table["id"].to_pylist(), table["noisy_gt"].to_pylist(), strict=True))
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "label"])
+        writer.writerows([i, "mismatch" if truth[i] else "match"] for i in ids)
+
+
+def test_sheet_labels_and_intervals_that_hold_the_truth(scored, tmp_path, capsys):
+    import json
+
+    code, _, err = run(capsys, "audit", scored, "--sample", "120", "-o", tmp_path / "sheet.html")
+    assert code == 0, err
+    ids = re.findall(r'data-id="([^"]*)"', (tmp_path / "sheet.html").read_text())
+    assert len(ids) >= 100 and len(set(ids)) == len(ids)
+    labels_from_truth(scored, ids, tmp_path / "labels.csv")
+    code, out, err = run(capsys, "audit", scored, "--labels", tmp_path / "labels.csv", "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    table = pq.read_table(scored, columns=["partition", "noisy_gt"])
+    part = np.array(table["partition"].to_pylist())
+    truth = np.array(table["noisy_gt"].to_pylist())
+    checked = 0
+    for name in ("clean_significant", "noisy"):
+        inside = part == name
+        if not inside.any():
+            continue
+        true = truth[inside].mean() if name == "noisy" else (~truth[inside]).mean()
+        low, high = found["partitions"][name]["ci"]
+        assert low <= true <= high, (name, true, low, high)
+        checked += 1
+    assert checked == 2
+    low, high = found["noise_rate"]["ci"]
+    assert low <= truth[part != "invalid"].mean() <= high
+    code, out, _ = run(capsys, "check", scored, "--labels", tmp_path / "labels.csv",
+                       "--min-precision", "0.5")
+    assert code == 0 and out.startswith("PASS: clean_significant precision")
+
+
+def test_bad_labels_are_one_line(scored, tmp_path, capsys):
+    (tmp_path / "bad.csv").write_text("id,label\np1,maybe\n")
+    code, _, err = run(capsys, "audit", scored, "--labels", tmp_path / "bad.csv")
+    assert code == 2 and "'maybe' is not one of match, mismatch, generic, partial" in one_line(err)
+    code, _, err = run(capsys, "audit", scored)
+    assert code == 2 and "--sample N -o SHEET.html" in one_line(err)
+
+
+def test_the_sheet_is_labelled_from_the_keyboard_and_exported(scored, tmp_path):
+    browser_path, sync_playwright = _chromium_and_playwright()
+    from ncclean import api
+
+    api.audit(scored, sample=8, output=tmp_path / "sheet.html")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(accept_downloads=True)
+            page.goto((tmp_path / "sheet.html").as_uri(), wait_until="load")
+            ids = page.eval_on_selector_all(".pair", "els => els.map(e => e.dataset.id)")
+            for key in "mxgp":  # the first four pairs, focus moving on after each label
+                page.keyboard.press(key)
+            page.keyboard.press("j")
+            assert page.inner_text("#done") == "4"
+            with page.expect_download() as download:
+                page.click("#export")
+            download.value.save_as(tmp_path / "labels.csv")
+        finally:
+            browser.close()
+    with open(tmp_path / "labels.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["id"], r["label"]) for r in rows] == list(zip(ids[:4], ["match", "mismatch",
+                                                                       "generic", "partial"]))
