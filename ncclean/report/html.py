@@ -1,11 +1,15 @@
 """The HTML report of a scored corpus: one self-contained file (charts as inline SVG, thumbnails
-as data URIs, no scripts or network), sampled so that its size does not grow with the corpus.
+as data URIs, no network), sampled so that its size does not grow with the corpus.
 
-Sections: the run (method, thresholds, counts, noise estimates); the distribution of
-``clean_prob`` coloured by partition with the cut thresholds; the method's per-pair loss with the
-fitted mixture (when the sidecar has one); against ``noisy_gt`` when present, the ROC curve and a
-partition-by-truth table; and a gallery per partition (thumbnail, caption, score,
-pseudo-caption), at most ``per_partition`` pairs each.
+The review queue comes first: a bar with the partitions' counts as links, then a gallery per
+partition, ``noisy`` and ``vague`` first, each worst first (thumbnail, caption, score, the
+suggested caption with its score, and where ``noisy_gt`` exists whether the pair was truly
+mismatched). Each pair is labelled from the keyboard (the page's one script,
+:func:`ncclean.report.audit.label_script`: kept in the browser, exported as the ``labels.csv``
+that ``ncclean audit --labels`` reads). Then the run (method, thresholds, counts, noise
+estimates); the distribution of ``clean_prob`` coloured by partition with the cut thresholds;
+the method's per-pair loss with the fitted mixture (when the sidecar has one); against
+``noisy_gt`` when present, the ROC curve and a partition-by-truth table.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ncclean.report.svg import Chart
 COLOURS = {"clean_significant": "#2a9d8f", "clean_insignificant": "#8ab17d",
            "vague": "#e9c46a", "noisy": "#e76f51", "invalid": "#9e9e9e"}
 MAX_CAPTION = 300
+QUEUE = ("noisy", "vague", "clean_significant", "clean_insignificant", "invalid")
 IMAGE_BUDGET = 12_000_000  # bytes of inlined thumbnails, whatever the corpus size
 
 _STYLE = """
@@ -39,7 +44,8 @@ th:first-child,td:first-child{text-align:left}
 .card{border:1px solid #ddd;border-radius:4px;padding:6px;font-size:12px;overflow-wrap:anywhere}
 .card img{width:100%;height:150px;object-fit:contain;background:#fff}
 .noimg{height:120px;display:flex;align-items:center;justify-content:center;background:#eee}
-.score{color:#555}.pseudo{color:#1d6b3a}.swatch{display:inline-block;width:10px;height:10px}
+.score{color:#555}.pseudo{color:#1d6b3a}.truth{font-size:11px}.truth.bad{color:#b23a1e}
+.truth.good{color:#1d6b3a}.card{border-width:2px}.swatch{display:inline-block;width:10px;height:10px}
 """
 
 
@@ -89,22 +95,28 @@ def html_report(scored: Scored, *, image_col: str = "image", caption_col: str = 
     n = scored.n_rows
     side = scored.sidecar
     estimate = noise_estimate(scored, seed)
+    from ncclean.report.audit import LABEL_STYLE, label_bar, label_script
+
+    links = "".join(f" · <a href='#{name}'>{name} {counts[name]:,}</a>" for name in QUEUE
+                    if counts.get(name)) + " · <a href='#run'>the run</a>"
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
              f"<title>ncclean report: {escape(scored.source.path.name)}</title>"
-             f"<style>{_STYLE}</style></head><body>",
-             f"<h1>ncclean report: {escape(str(scored.source.path))}</h1>",
-             _run_table(side, counts, n, estimate)]
+             f"<style>{_STYLE}{LABEL_STYLE}</style></head><body>",
+             label_bar(f"ncclean report: {scored.source.path.name}", n, links),
+             f"<h1>Review queue: {escape(str(scored.source.path))}</h1>"]
+    if scored.scores_only:  # score --write scores: no captions or images to show
+        parts.append("<p>This file holds ncclean's columns only (score --write "
+                     "scores): the pairs below show ids and scores, not captions or images; "
+                     "score with --write all to see them.</p>")
+    parts.append(_galleries(scored, image_col, caption_col, per_partition, thumb_size, seed))
+    parts.append("<h2 id='run'>The run</h2>" + _run_table(side, counts, n, estimate))
     parts.append("<h2>Clean probability by partition</h2>" + _probability_chart(scored, side))
     mixture = _mixture_chart(scored, side)
     if mixture:
         parts.append("<h2>Per-pair loss and the fitted mixture</h2>" + mixture)
     if scored.noisy_gt is not None:
         parts.append("<h2>Against the injected noise (noisy_gt)</h2>" + _truth_section(scored))
-    if scored.scores_only:  # score --write scores: no captions or images to show
-        parts.append("<p>This file holds ncclean's columns only (score --write "
-                     "scores): the pairs below show ids and scores, not captions or images; "
-                     "score with --write all to see them.</p>")
-    parts.append(_galleries(scored, image_col, caption_col, per_partition, thumb_size, seed))
+    parts.append(label_script("report:" + str(scored.source.path.name)))
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -243,7 +255,7 @@ def _galleries(scored: Scored, image_col: str, caption_col: str, per_partition: 
     base = scored.source.path.parent if scored.source.path.is_file() else scored.source.path
     spent = 0
     out = []
-    for name in PARTITIONS:
+    for name in QUEUE:
         rows = samples[name]
         total = int((scored.partition == PARTITIONS.index(name)).sum())
         out.append(f"<h2 id='{name}'>{name}: {len(rows)} of {total:,} pairs</h2>")
@@ -261,12 +273,14 @@ def _galleries(scored: Scored, image_col: str, caption_col: str, per_partition: 
                 except RowProblem:  # a row without a usable image shows a placeholder
                     uri = None
                 spent += len(uri or "")
-            cards.append(_card(row, row_values, uri, caption_col))
+            truth = None if scored.noisy_gt is None else bool(scored.noisy_gt[row])
+            cards.append(_card(row, row_values, uri, caption_col, truth))
         out.append("<div class='gallery'>" + "".join(cards) + "</div>")
     return "\n".join(out)
 
 
-def _card(row: int, values: dict, uri: str | None, caption_col: str) -> str:
+def _card(row: int, values: dict, uri: str | None, caption_col: str,
+          truth: bool | None = None) -> str:
     def short(text) -> str:
         text = "" if text is None else str(text)
         return escape(text if len(text) <= MAX_CAPTION else text[:MAX_CAPTION] + "...")
@@ -285,7 +299,13 @@ def _card(row: int, values: dict, uri: str | None, caption_col: str) -> str:
                      f"({values.get('pseudo_caption_score') or 0:.2f})</div>")
     if values.get("invalid_reason"):
         lines.append(f"<div class='score'>{short(values['invalid_reason'])}</div>")
-    return "<div class='card'>" + "".join(lines) + "</div>"
+    if truth is not None:
+        lines.append(f"<div class='truth {'bad' if truth else 'good'}'>truly "
+                     f"{'mismatched' if truth else 'matched'} (noisy_gt)</div>")
+    lines.append("<div class='label'></div>")
+    pair_id = escape(str(values["id"]) if values.get("id") is not None else f"row {row}")
+    return (f"<div class='card pair' tabindex='0' data-id='{pair_id}'>" + "".join(lines)
+            + "</div>")
 
 
 def write_html(path: str | Path, text: str) -> Path:

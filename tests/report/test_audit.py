@@ -100,3 +100,31 @@ def test_the_sheet_is_labelled_from_the_keyboard_and_exported(scored, tmp_path):
         rows = list(csv.DictReader(handle))
     assert [(r["id"], r["label"]) for r in rows] == list(zip(ids[:4], ["match", "mismatch",
                                                                        "generic", "partial"]))
+
+
+def test_the_report_is_a_workspace_queue_first_labelled_and_exported(scored, tmp_path):
+    browser_path, sync_playwright = _chromium_and_playwright()
+    from ncclean import api
+
+    api.split(scored, tmp_path / "parts", html=tmp_path / "report.html", per_partition=5)
+    text = (tmp_path / "report.html").read_text()
+    assert text.index("id='noisy'") < text.index("id='run'")  # the review queue first
+    assert "truly mismatched (noisy_gt)" in text
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(accept_downloads=True)
+            page.goto((tmp_path / "report.html").as_uri(), wait_until="load")
+            first = page.eval_on_selector_all(".pair", "els => els.map(e => e.dataset.id)")[:2]
+            page.keyboard.press("x")
+            page.keyboard.press("m")
+            with page.expect_download() as download:
+                page.click("#export")
+            download.value.save_as(tmp_path / "labels.csv")
+        finally:
+            browser.close()
+    with open(tmp_path / "labels.csv", newline="") as handle:
+        rows = [(r["id"], r["label"]) for r in csv.DictReader(handle)]
+    assert rows == list(zip(first, ["mismatch", "match"]))
+    summary = api.audit(scored, labels=tmp_path / "labels.csv")  # audit reads the report's export
+    assert summary.labelled == 2

@@ -49,7 +49,10 @@ def test_report_lists_the_most_confidently_noisy_pairs(scored, tmp_path):
     summary = api.split(scored, tmp_path / "parts", top=5)
     probs = [item["clean_prob"] for item in summary.most_noisy]
     assert len(probs) == 5 and probs == sorted(probs)
-    assert all(item["pseudo_caption"] for item in summary.most_noisy)
+    # a caption goes to at most its share of the noisy pairs, so not every one gets a suggestion
+    assert any(item["pseudo_caption"] for item in summary.most_noisy)
+    assert all(item["pseudo_caption_score"] is not None for item in summary.most_noisy
+               if item["pseudo_caption"])
     lo, hi = summary.noise["noisy_share_ci95"]
     assert lo <= summary.noise["noisy_share"] <= hi
 
@@ -82,7 +85,8 @@ def test_html_report_is_self_contained_and_valid(scored, tmp_path):
     text = (tmp_path / "report.html").read_text()
     assert summary.html_bytes == len(text.encode()) < 20_000_000
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
-    assert "https://" not in text and "<script" not in text
+    # no network: one inline script (the labelling), loading nothing
+    assert "https://" not in text and text.count("<script") == 1 and "<script src" not in text
     parser = _Collect()
     parser.feed(text)
     assert parser.open == []  # every tag closed, in order
