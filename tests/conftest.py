@@ -14,6 +14,9 @@ from tests.helpers import huge_png, png_bytes, write_parquet
 # expectations fixed. tests/test_default_pipeline.py checks the pretrained default itself. Set
 # here, at import, so the CLI subprocesses the tests start inherit it.
 os.environ.setdefault("NCCLEAN_TOWERS", "scratch")
+# Off a terminal the command line logs a progress line every few seconds; the tests read stderr
+# line by line, so they get none (tests/cli/test_progress.py checks the lines themselves).
+os.environ.setdefault("NCCLEAN_PROGRESS_EVERY", "inf")
 
 
 @pytest.fixture(scope="session")

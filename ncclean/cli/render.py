@@ -44,16 +44,21 @@ def console():
 
 @contextlib.contextmanager
 def progress_bars(enabled: bool = True) -> Iterator[Progress]:
-    """A :data:`Progress` callback drawing one rich bar per stage on stderr (transient: the
-    bars vanish when the work is done). Draws nothing when stderr is not a terminal."""
-    if not enabled or not sys.stderr.isatty():
+    """A :data:`Progress` callback drawing one rich bar per stage on stderr, with the time
+    elapsed and left (transient: the bars vanish when the work is done). Off a terminal (a log,
+    a CI job) a line every few seconds instead (:func:`progress_lines`)."""
+    if not enabled:
         yield no_progress
+        return
+    if not sys.stderr.isatty():
+        yield progress_lines()
         return
     from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
         TextColumn,
+        TimeElapsedColumn,
         TimeRemainingColumn,
     )
     from rich.progress import (
@@ -61,7 +66,8 @@ def progress_bars(enabled: bool = True) -> Iterator[Progress]:
     )
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn(), TextColumn("{task.fields[note]}"))
+               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+               TextColumn("{task.fields[note]}"))
     with RichProgress(*columns, console=Console(stderr=True), transient=True) as bars:
         tasks: dict[str, int] = {}
 
@@ -71,6 +77,54 @@ def progress_bars(enabled: bool = True) -> Iterator[Progress]:
             bars.update(tasks[stage], completed=done, total=total, note=note)
 
         yield update
+
+
+def progress_lines(every: float | None = None, stream=None, clock=None) -> Progress:
+    """A :data:`Progress` callback for a log: at most one line per ``every`` seconds
+    (``NCCLEAN_PROGRESS_EVERY``, 5 by default; a run shorter than that prints none), saying
+    the stage, done of total, the rate since the stage began and the time left at that
+    rate."""
+    import os
+    import time
+
+    every = float(os.environ.get("NCCLEAN_PROGRESS_EVERY", "5")) if every is None else every
+    clock = clock or time.monotonic
+    began: dict[str, tuple[float, int]] = {}
+    last = [clock()]
+
+    def update(stage: str, done: int, total: int, note: str = "") -> None:
+        now = clock()
+        if stage not in began:
+            began[stage] = (now, done)
+        finished = total and done >= total
+        if now - last[0] < every:
+            return
+        last[0] = now
+        start, first = began[stage]
+        rate = (done - first) / (now - start) if now > start else 0.0
+        line = f"ncclean: {stage}: {done:,}/{total:,}" if total else f"ncclean: {stage}: {done:,}"
+        if total:
+            line += f" ({100 * done / total:.0f}%)"
+        if rate > 0:
+            line += f", {rate:,.1f}/s"
+            if total and not finished:
+                line += f", {_duration((total - done) / rate)} left"
+        if note:
+            line += f" [{note}]"
+        print(line, file=stream or sys.stderr, flush=True)
+        if finished:
+            began.pop(stage, None)
+
+    return update
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"
 
 
 def pct(part: int, whole: int) -> str:
