@@ -37,7 +37,8 @@ def top_level(categories: list) -> np.ndarray:
 
 def pseudo_caption_metrics(path: str, seed: int = 0) -> dict:
     names = pq.read_schema(path).names
-    wanted = ["id", "category", "partition", "pseudo_caption_id", "pseudo_caption", "caption"]
+    wanted = ["id", "category", "partition", "pseudo_caption_id"] + [
+        c for c in ("pseudo_caption", "caption") if c in names]
     truth = [c for c in ("image_id", "original_image_id") if c in names]
     table = pq.read_table(path, columns=wanted + truth)
     ids = table.column("id").to_pylist()
@@ -53,12 +54,12 @@ def pseudo_caption_metrics(path: str, seed: int = 0) -> dict:
         if len(clean) and len(suggested) else np.zeros(0, dtype=np.int64)
     own = float(np.mean(category[donors] == category[suggested])) if len(suggested) else None
     random = float(np.mean(category[drawn] == category[suggested])) if len(suggested) else None
-    texts = table.column("pseudo_caption").to_pylist()
+    texts = table.column("pseudo_caption").to_pylist() if "pseudo_caption" in names else donor_ids
     offered = [texts[k] for k in suggested]
     _, uses = np.unique(np.array(offered, dtype=object), return_counts=True) \
         if offered else (None, np.zeros(1, dtype=np.int64))
     own_caption = None
-    if len(truth) == 2 and len(suggested):
+    if len(truth) == 2 and len(suggested) and "caption" in names:
         captions = table.column("caption").to_pylist()
         true: dict = {}
         for caption, original in zip(captions, table.column("original_image_id").to_pylist(),

@@ -41,7 +41,6 @@ from ncclean.options import Cut
 from ncclean.pipeline.fit import FORMAT, Fit, FitError, sample_keys
 from ncclean.stages.index import over_budget, rescored
 from ncclean.stages.partition import as_written
-from ncclean.stages.pseudocaption import within_cap
 from ncclean.train.scoring import Embeddings
 
 _BLOCK = 512  # rows per block: a block against a 20,000-entry pool is 40 MB per matrix
@@ -240,7 +239,9 @@ def _same_key(keys: np.ndarray, sorted_key: np.ndarray,
 
 def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor: np.ndarray,
             donor_score: np.ndarray, new: np.ndarray, caption_key: np.ndarray) -> None:
-    """Pseudo-captions of the new noisy pairs among the fit's donors, in place."""
+    """Pseudo-captions of the new noisy pairs among the fit's donors, in place: each pair's
+    best, so that a shard applied in parts writes what it writes whole (the fit left out the
+    donors its sample's suggestions had filled: :func:`ncclean.pipeline.keep.fit_from_state`)."""
     if "donors.keys" not in fit.arrays:
         return
     local = np.flatnonzero(parts[new] == NOISY)
@@ -251,30 +252,26 @@ def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor
     own_text = caption_key[local]
     # the fit's donors' index, built once per process, when the corpus's noisy pairs (not this
     # part's) would exceed the search budget, as in one pass over the corpus
-    best = np.full(len(local), -1, dtype=np.int64)
-    score = np.full(len(local), np.nan, dtype=np.float32)
-    index = None
     if over_budget(max(len(local), fit.meta.get("donor_queries", 0)), len(keys)):
         from ncclean.stages.index import best_reference, reference_index
 
         index = reference_index(fit.arrays["donors.keys"])
-    if index is not None:
-        best, score = best_reference(index, embeddings.images[features.image_group[local]]
-                                     .astype(np.float32), own_text, donor_text)
-    else:
-        for start in range(0, len(local), _BLOCK):
-            block = slice(start, start + _BLOCK)
-            queries = torch.from_numpy(
-                embeddings.images[features.image_group[local[block]]]).float()
-            sims = queries @ keys.T
-            same = torch.from_numpy(own_text[block][:, None] == donor_text[None, :])
-            top = sims.masked_fill_(same, float("-inf")).max(dim=1)
-            best[block] = top.indices.numpy()
-            score[block] = rescored(queries.numpy(), fit.arrays["donors.keys"][best[block]],
-                                    top.values.numpy())
-    fits = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
-    # as one pass: no caption offered to more than its share of the part's suggestions
-    best = within_cap(np.where(fits, best, -1), score, len(keys))
-    keep = best >= 0
-    donor[new[local[keep]]] = fit.arrays["donors.entry"][best[keep]]
-    donor_score[new[local[keep]]] = score[keep]
+        if index is not None:
+            best, score = best_reference(index, embeddings.images[features.image_group[local]]
+                                         .astype(np.float32), own_text, donor_text)
+            keep = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
+            donor[new[local[keep]]] = fit.arrays["donors.entry"][best[keep]]
+            donor_score[new[local[keep]]] = score[keep]
+            return
+    for start in range(0, len(local), _BLOCK):
+        block = local[start:start + _BLOCK]
+        queries = torch.from_numpy(embeddings.images[features.image_group[block]]).float()
+        sims = queries @ keys.T
+        same = torch.from_numpy(own_text[start:start + len(block)][:, None] == donor_text[None, :])
+        top = sims.masked_fill_(same, float("-inf")).max(dim=1)
+        chosen = top.indices.numpy()
+        score = rescored(queries.numpy(), fit.arrays["donors.keys"][chosen], top.values.numpy())
+        keep = np.isfinite(score) & (score >= fit.meta["donor_min_score"])
+        rows = new[block[keep]]
+        donor[rows] = fit.arrays["donors.entry"][chosen[keep]]
+        donor_score[rows] = score[keep]

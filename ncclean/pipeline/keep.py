@@ -80,7 +80,9 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         arrays["pool.images"] = embeddings.images[groups].astype(np.float32)
         arrays["pool.image_key"] = vector_keys(features.image_data[groups])
     if pseudo_captions and stages.donor is not None:
-        refs = np.flatnonzero(candidates)
+        # a caption the sample's suggestions filled (its share, stages.pseudocaption.donor_cap)
+        # is a hub of the space: it is not offered to applied pairs
+        refs = np.flatnonzero(candidates & ~full_donors(stages.donor, features.text_group))
         _, first = np.unique(features.text_group[refs], return_index=True)
         refs = refs[np.sort(first)]
         noisy = int((parts == "noisy").sum())  # the corpus's, when the sample is part of it
@@ -125,6 +127,18 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
                    hashlib.sha256(arrays["sample.key"].tobytes()).hexdigest()},
     } | meta_extra
     return Fit(meta=meta, arrays=arrays, matcher=result.matcher if kept.keeps_matcher else None)
+
+
+def full_donors(donor: np.ndarray, text_group: np.ndarray) -> np.ndarray:
+    """``(n,) bool``: the pairs whose caption the sample's suggestions (``donor``: each pair's
+    donor pair, ``-1`` for none) offered as often as the cap allows."""
+    from ncclean.stages.pseudocaption import donor_cap
+
+    given = donor[donor >= 0]
+    if not len(given):
+        return np.zeros(len(text_group), dtype=bool)
+    texts, uses = np.unique(text_group[given], return_counts=True)
+    return np.isin(text_group, texts[uses >= donor_cap(len(given))])
 
 
 def calibrate(fit: Fit, corpus, features, device: str = "cpu") -> np.ndarray | None:

@@ -5,7 +5,7 @@ The review queue comes first: a bar with the partitions' counts as links, then a
 partition, ``noisy`` and ``vague`` first, each worst first (thumbnail, caption, score, the
 suggested caption with its score, and where ``noisy_gt`` exists whether the pair was truly
 mismatched). Each pair is labelled from the keyboard (the page's one script,
-:func:`ncclean.report.audit.label_script`: kept in the browser, exported as the ``labels.csv``
+:mod:`ncclean.report.labels`: kept in the browser, exported as the ``labels.csv``
 that ``ncclean audit --labels`` reads). Then the run (method, thresholds, counts, noise
 estimates); the distribution of ``clean_prob`` coloured by partition with the cut thresholds;
 the method's per-pair loss with the fitted mixture (when the sidecar has one); against
@@ -95,7 +95,7 @@ def html_report(scored: Scored, *, image_col: str = "image", caption_col: str = 
     n = scored.n_rows
     side = scored.sidecar
     estimate = noise_estimate(scored, seed)
-    from ncclean.report.audit import LABEL_STYLE, label_bar, label_script
+    from ncclean.report.labels import LABEL_STYLE, label_bar, label_script
 
     links = "".join(f" · <a href='#{name}'>{name} {counts[name]:,}</a>" for name in QUEUE
                     if counts.get(name)) + " · <a href='#run'>the run</a>"
