@@ -48,6 +48,9 @@ def methods(
                   f"[dim]allowed: {escape(spec['allowed'])}[/dim]")
         if spec["help"]:
             out.print(f"      {escape(spec['help'])}")
+    if method.get("min_pairs"):
+        out.print(f"measured to need at least {method['min_pairs']:,} pairs (score warns "
+                  "below; benchmarks/results/small-corpora.md)")
     if method["departures"]:
         out.print("departures from the paper:")
         for sentence in method["departures"]:

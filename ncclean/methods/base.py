@@ -267,6 +267,10 @@ class Method(ABC):
     #: How a fit of this method on a sample scores a pair it did not train on
     #: (:mod:`ncclean.methods.applied`): by default the final matcher's cosine, read by quantile.
     application: ClassVar[Application] = MatcherSimilarity()
+    #: The smallest corpus (valid pairs) the method was measured to rank well on: AUROC 0.85 on
+    #: clip art at 30% noise in every seed (``benchmarks/results/small-corpora.md``); below it
+    #: ``score`` warns.
+    min_pairs: ClassVar[int] = 0
     #: Where the method departs from its paper, one sentence each (``ncclean methods NAME``).
     departures: ClassVar[tuple[str, ...]] = ()
 
@@ -353,11 +357,12 @@ def describe_methods(name: str | None = None) -> list[dict]:
             if name is not None:
                 raise
             described.append({"name": method, "summary": "", "error": str(error),
-                              "params": [], "departures": []})
+                              "params": [], "departures": [], "min_pairs": 0})
             continue
         params = [{"name": spec.name, "default": spec.default, "rule": spec.rule,
                    "allowed": spec.allowed(), "help": spec.help}
                   for spec in param_specs(cls).values()]
         described.append({"name": method, "summary": getattr(cls, "summary", ""), "error": None,
-                          "params": params, "departures": list(getattr(cls, "departures", ()))})
+                          "params": params, "departures": list(getattr(cls, "departures", ())),
+                          "min_pairs": getattr(cls, "min_pairs", 0)})
     return described

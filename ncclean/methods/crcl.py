@@ -293,6 +293,7 @@ class CRCL(Method):
     :func:`pieces_for`."""
 
     name: ClassVar[str] = "crcl"
+    min_pairs: ClassVar[int] = 1200
     summary: ClassVar[str] = ("CRCL (NeurIPS 2023): active complementary loss with self-refining "
                               "soft labels over restarted pieces")
     departures: ClassVar[tuple[str, ...]] = (

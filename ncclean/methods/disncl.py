@@ -277,6 +277,7 @@ class DisNCL(Method):
     """DisNCL with the paper's defaults; the module docstring marks what is the paper's."""
 
     name: ClassVar[str] = "disncl"
+    min_pairs: ClassVar[int] = 1200
     summary: ClassVar[str] = ("DisNCL (TIP 2025): mutual-argmax clean set, soft margins and soft "
                               "targets in a learned modality-invariant subspace")
     default_rules: ClassVar[dict[str, str]] = {

@@ -301,6 +301,7 @@ class GMM(Method):
     epochs follow :func:`schedule`."""
 
     name: ClassVar[str] = "gmm"
+    min_pairs: ClassVar[int] = 1200
     application: ClassVar[Application] = PoolLoss()
     summary: ClassVar[str] = ("NCR (NeurIPS 2021): GMM on per-pair losses of two co-teaching "
                               "matchers, rectified soft margins")

@@ -165,6 +165,7 @@ class SDD(Method):
     (see :attr:`departures`)."""
 
     name: ClassVar[str] = "sdd"
+    min_pairs: ClassVar[int] = 1200
     summary: ClassVar[str] = ("SDD (2024): self-drop below alpha, confidence and significance "
                               "weights, fine-tuning on the dual-weighted InfoNCE")
     departures: ClassVar[tuple[str, ...]] = (

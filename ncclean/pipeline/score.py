@@ -227,6 +227,10 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
                              f"pair{'s' if features.n_pairs != 1 else ''}; scoring needs at "
                              "least 2 (see invalid_reason with ncclean inspect)")
     seconds["read"] = time.perf_counter() - began
+    if features.n_pairs < chosen.min_pairs:
+        warnings.append(f"{features.n_pairs:,} pairs is below the {chosen.min_pairs:,} that "
+                        f"{method} was measured to need (benchmarks/results/small-corpora.md): "
+                        "its scores here are unreliable; --method clip ranks small corpora best")
 
     fitted = time.perf_counter()
     result = chosen.fit(features, Context(

@@ -171,6 +171,7 @@ class BiCro(Method):
     label floor 0.5); epochs follow ``gmm``'s rule (:func:`ncclean.methods.gmm.schedule`)."""
 
     name: ClassVar[str] = "bicro"
+    min_pairs: ClassVar[int] = 2400
     summary: ClassVar[str] = ("BiCro (CVPR 2023): Beta-mixture division, soft labels from "
                               "bidirectional similarity consistency with clean anchors")
     departures: ClassVar[tuple[str, ...]] = (
