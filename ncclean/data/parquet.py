@@ -178,7 +178,7 @@ def open_pairs(path: str | os.PathLike) -> PairSource:
             with pq.ParquetFile(file) as meta:  # closed at once: only the footer is needed
                 file_schema, n_rows = meta.schema_arrow, meta.metadata.num_rows
         except (pa.ArrowInvalid, OSError) as error:
-            raise NotParquetError(f"{file}: not a readable Parquet file ({error})") from None
+            raise NotParquetError(not_parquet(file, error)) from None
         if schema is None:
             schema = file_schema
         elif not file_schema.equals(schema, check_metadata=False):
@@ -223,6 +223,24 @@ def check_output_path(out: str | os.PathLike, source: PairSource | None = None) 
     make_folder(out.parent)
     probe_writable(out)
     return out
+
+
+TEXT_TABLES = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json"}
+
+
+def not_parquet(file: str | os.PathLike, error: BaseException) -> str:
+    """The one line for an input that Parquet cannot read: a CSV or JSON file gets the
+    one-line conversion to Parquet, anything else the reader's reason."""
+    file = Path(file)
+    kind = TEXT_TABLES.get(file.suffix.lower())
+    if kind is not None:
+        options = ", parse_options=c.ParseOptions(delimiter='\\t')" \
+            if file.suffix.lower() == ".tsv" else ""
+        return (f"{file} is a {file.suffix[1:].upper()} file; ncclean reads Parquet: convert it "
+                f"once with python -c \"import pyarrow.{kind} as c, pyarrow.parquet as p; "
+                f"p.write_table(c.read_{kind}('{file}'{options}), "
+                f"'{file.with_suffix('.parquet')}')\"")
+    return f"{file}: not a readable Parquet file ({' '.join(str(error).split())})"
 
 
 def written_by_ncclean(path: str | os.PathLike) -> bool:

@@ -217,15 +217,14 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
     if corpus.valid.sum() < 2:
         usable = int(corpus.valid.sum())
         raise BadOptionError(f"{input}: only {usable} usable pair{'s' if usable != 1 else ''}; "
-                             "scoring "
-                             "needs at least 2 (see invalid_reason with ncclean inspect)")
+                             f"scoring needs at least 2 ({_why_invalid(corpus)})")
     complete_config(config, corpus)
     features = build_features(corpus, config, cache_dir=cache, device=device,
                               max_pixels=max_pixels, progress=progress)
     if features.n_pairs < 2:
         raise BadOptionError(f"{input}: only {features.n_pairs} usable "
                              f"pair{'s' if features.n_pairs != 1 else ''}; scoring needs at "
-                             "least 2 (see invalid_reason with ncclean inspect)")
+                             f"least 2 ({_why_invalid(corpus)})")
     seconds["read"] = time.perf_counter() - began
     if features.n_pairs < chosen.min_pairs:
         warnings.append(f"{features.n_pairs:,} pairs is below the {chosen.min_pairs:,} that "
@@ -274,6 +273,16 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
                            began, sidecar, run.save_matcher, run.write)
     summary.warnings.extend(warnings + list(result.report.get("warnings", [])))
     return summary
+
+
+def _why_invalid(corpus) -> str:
+    """The most common reason rows are invalid, with what to do about it, for a one-line error."""
+    counts = corpus.invalid_counts()
+    if not counts:
+        return "see invalid_reason with ncclean inspect"
+    reason, count = max(counts.items(), key=lambda item: item[1])
+    example = next(r for r in corpus.reasons if r is not None and reason in r)
+    return f"{count:,} rows: {example.split('; ')[0]}; see ncclean inspect"
 
 
 def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages, seconds: dict,

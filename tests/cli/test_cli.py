@@ -97,7 +97,8 @@ def test_not_parquet_and_empty(capsys, tmp_path):
     text.write_text("id,caption\n")
     code, _, err = run(capsys, "inspect", text)
     assert code == 2
-    assert_one_line_error(err, "not a readable Parquet file")
+    assert_one_line_error(err, "pairs.csv is a CSV file; ncclean reads Parquet: convert it once",
+                          "p.write_table(c.read_csv(")
     empty = write_parquet(tmp_path / "empty.parquet", {"caption": [], "image": []})
     code, _, err = run(capsys, "inspect", empty)
     assert code == 2

@@ -122,3 +122,19 @@ def test_a_caption_with_no_visible_character_is_invalid_like_an_empty_one(capsys
     assert [r["invalid_reason"] for r in rows[10:12]] == ["empty caption"] * 2
     assert rows[12]["partition"] != "invalid"  # visible text around invisible characters
     assert sum(r["partition"] == "invalid" for r in rows) == len(INVISIBLE) + 2
+
+
+def test_no_usable_pair_says_why_and_what_to_do(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.cli.test_contract import one_line, run
+
+    for name, images, says in (
+            ("urls", ["https://example.com/a.jpg", "https://example.com/b.jpg"], "img2dataset"),
+            ("absolute", ["/etc/a.jpg", "/etc/b.jpg"], "--allow-absolute-paths")):
+        pq.write_table(pa.table({"caption": ["a cat", "a dog"], "image": images}),
+                       tmp_path / f"{name}.parquet")
+        code, _, err = run(capsys, "score", tmp_path / f"{name}.parquet", "-o",
+                           tmp_path / f"{name}-out.parquet")
+        assert code == 2 and says in one_line(err) and "2 rows:" in err
