@@ -96,12 +96,15 @@ def vector_features(n_images: int = 100, captions_per_image: int = 2, noise: flo
     return features, config, noisy
 
 
-def check_method(method: Method, *, seed: int = 0, min_auroc: float = 0.7) -> MethodResult:
-    """Run ``method`` through the conformance checks; raise ``AssertionError`` naming the first
-    broken rule. Returns the first run's result for further assertions."""
+def check_method(method: Method, *, seed: int = 0, min_auroc: float = 0.7,
+                 pairs: int | None = None) -> MethodResult:
+    """Run ``method`` through the conformance checks on a corpus of ``pairs`` pairs (by default
+    200, or the method's measured minimum, ``min_pairs``, when larger); raise ``AssertionError``
+    naming the first broken rule. Returns the first run's result for further assertions."""
     from ncclean.evaluate.detection import detection_metrics
 
-    features, config, noisy_gt = vector_features(seed=seed)
+    pairs = pairs or max(200, getattr(method, "min_pairs", 0))
+    features, config, noisy_gt = vector_features(n_images=max(2, -(-pairs // 2)), seed=seed)
     n = features.n_pairs
     results = []
     with _in_empty_folders() as folders:

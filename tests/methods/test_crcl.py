@@ -19,7 +19,7 @@ from ncclean.train.scoring import embed, pool_matching_probability
 
 
 def test_passes_the_conformance_suite():
-    result = check_method(CRCL(pieces=(6, 4), freeze_epochs=3, batch_size=16, lr=3e-3))
+    result = check_method(CRCL(pieces=(6, 4), freeze_epochs=3, batch_size=16, lr=3e-3), pairs=200)
     assert set(result.columns) == {"crcl_label", "crcl_p", "crcl_sim", "crcl_rank_mean"}
     assert result.report["pieces"] == [6, 4]
     assert ((result.columns["crcl_p"] > 0) & (result.columns["crcl_p"] <= 1)).all()
@@ -197,7 +197,7 @@ def test_pool_measure_reads_p_hat_from_the_eval_mode_matcher_against_a_fixed_poo
     with pytest.raises(BadOptionError):
         CRCL(measure="eval").fit(features, context)
     result = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=16, lr=3e-3,
-                               measure="pool"))
+                               measure="pool"), pairs=200)
     assert result.report["measure"] == "pool"
 
 
@@ -221,5 +221,5 @@ def test_mean_rank_averages_each_updating_epochs_percentile_of_p_hat():
     with pytest.raises(BadOptionError):
         CRCL(score="final").fit(features, Context(matcher_config=config))
     by_rank = check_method(CRCL(pieces=(3, 2), freeze_epochs=1, batch_size=16, lr=3e-3,
-                                score="mean-rank"))
+                                score="mean-rank"), pairs=200)
     assert by_rank.report["score"] == "mean-rank"

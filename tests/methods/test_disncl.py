@@ -31,7 +31,7 @@ COLUMNS = {"disncl_sim", "disncl_loss", "disncl_keep", "disncl_x_sim"}
 
 
 def test_passes_the_conformance_suite():
-    result = check_method(DisNCL(**SMALL))
+    result = check_method(DisNCL(**SMALL), pairs=200)
     assert set(result.columns) == COLUMNS
     keep = result.columns["disncl_keep"]
     assert set(np.unique(keep)) <= {0.0, 0.5, 1.0}
@@ -286,3 +286,9 @@ def test_the_soft_margin_reads_ncr_prediction_or_the_cosine():
             expected = mean_hinge(sims, mask, soft_margin(label, 0.2, 10.0)).sum()
             assert math.isclose(aligns[margin_from], float(expected), rel_tol=1e-4)
     assert not math.isclose(aligns["cosine"], aligns["prediction"], rel_tol=1e-3)
+
+
+def test_disncl_passes_the_conformance_check_at_its_defaults():
+    # on a corpus of its measured minimum (min_pairs), as check_method draws it by default
+    result = check_method(DisNCL())
+    assert len(result.clean_prob) == DisNCL.min_pairs

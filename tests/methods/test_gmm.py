@@ -9,7 +9,8 @@ SMALL = dict(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64)
 
 
 def test_passes_the_conformance_suite():
-    result = check_method(GMM(warmup_epochs=6, epochs=2, batch_size=16, pool_size=64, lr=3e-3))
+    result = check_method(GMM(warmup_epochs=6, epochs=2, batch_size=16, pool_size=64, lr=3e-3),
+                          pairs=200)
     assert set(result.columns) == {"gmm_loss", "gmm_sim", "gmm_label"}
     assert len(result.report["mixtures"]) == 2 and 0 <= result.noise_rate <= 1
 

@@ -14,7 +14,7 @@ COLUMNS = {"pc2_loss", "pc2_sim", "pc2_label", "pc2_osc_kl", "pc2_w_osc", "pc2_c
 
 
 def test_passes_the_conformance_suite():
-    result = check_method(PC2(**(SMALL | dict(warmup_epochs=6, batch_size=16, lr=3e-3))))
+    result = check_method(PC2(**(SMALL | dict(warmup_epochs=6, batch_size=16, lr=3e-3))), pairs=200)
     assert set(result.columns) == COLUMNS
     assert result.donor_space is not None and result.donor_space.min_score == 0.5
     assert result.report["n_classes"] == 5  # 100 images: max(2, 100 // 20)

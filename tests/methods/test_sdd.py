@@ -12,7 +12,8 @@ from ncclean.train.scoring import Embeddings
 
 
 def test_passes_the_conformance_suite():
-    result = check_method(SDD(epochs=2, warmup_epochs=6, batch_size=16, lr=3e-3, warmup_lr=3e-3))
+    result = check_method(SDD(epochs=2, warmup_epochs=6, batch_size=16, lr=3e-3, warmup_lr=3e-3),
+                          pairs=200)
     assert set(result.columns) == {"sdd_sim", "sdd_w_con", "sdd_w_sig"}
     assert set(np.unique(result.partition)) <= {"noisy", "vague", "clean_significant"}
     assert result.significance == "update"

@@ -64,7 +64,7 @@ def test_anchors_are_the_lowest_loss_share_of_the_clean_split():
 
 
 def test_bicro_passes_the_conformance_suite():
-    result = check_method(BiCro(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64))
+    result = check_method(BiCro(warmup_epochs=1, epochs=2, batch_size=32, pool_size=64), pairs=200)
     assert set(result.columns) == {"bicro_loss", "bicro_consistency", "bicro_label", "bicro_sim"}
     assert len(result.report["mixtures"]) == 2 and 0 <= result.noise_rate <= 1
 
