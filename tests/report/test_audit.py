@@ -76,48 +76,19 @@ def test_bad_labels_are_one_line(scored, tmp_path, capsys):
     assert code == 2 and "--sample N -o SHEET.html" in one_line(err)
 
 
-def test_the_sheet_is_labelled_from_the_keyboard_and_exported(scored, tmp_path):
+def label_in_browser(page_path: Path, keys: str, tmp_path: Path) -> tuple[list, str, list]:
+    """Open ``page_path`` in Chromium, press ``keys``, export the labels: the pairs' ids in page
+    order, the page's labelled count and the exported ``(id, label)`` rows."""
     browser_path, sync_playwright = _chromium_and_playwright()
-    from ncclean import api
-
-    api.audit(scored, sample=8, output=tmp_path / "sheet.html")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(accept_downloads=True)
-            page.goto((tmp_path / "sheet.html").as_uri(), wait_until="load")
+            page.goto(page_path.as_uri(), wait_until="load")
             ids = page.eval_on_selector_all(".pair", "els => els.map(e => e.dataset.id)")
-            for key in "mxgp":  # the first four pairs, focus moving on after each label
+            for key in keys:
                 page.keyboard.press(key)
-            page.keyboard.press("j")
-            assert page.inner_text("#done") == "4"
-            with page.expect_download() as download:
-                page.click("#export")
-            download.value.save_as(tmp_path / "labels.csv")
-        finally:
-            browser.close()
-    with open(tmp_path / "labels.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    assert [(r["id"], r["label"]) for r in rows] == list(zip(ids[:4], ["match", "mismatch",
-                                                                       "generic", "partial"]))
-
-
-def test_the_report_is_a_workspace_queue_first_labelled_and_exported(scored, tmp_path):
-    browser_path, sync_playwright = _chromium_and_playwright()
-    from ncclean import api
-
-    api.split(scored, tmp_path / "parts", html=tmp_path / "report.html", per_partition=5)
-    text = (tmp_path / "report.html").read_text()
-    assert text.index("id='noisy'") < text.index("id='run'")  # the review queue first
-    assert "truly mismatched (noisy_gt)" in text
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(accept_downloads=True)
-            page.goto((tmp_path / "report.html").as_uri(), wait_until="load")
-            first = page.eval_on_selector_all(".pair", "els => els.map(e => e.dataset.id)")[:2]
-            page.keyboard.press("x")
-            page.keyboard.press("m")
+            done = page.inner_text("#done")
             with page.expect_download() as download:
                 page.click("#export")
             download.value.save_as(tmp_path / "labels.csv")
@@ -125,6 +96,29 @@ def test_the_report_is_a_workspace_queue_first_labelled_and_exported(scored, tmp
             browser.close()
     with open(tmp_path / "labels.csv", newline="") as handle:
         rows = [(r["id"], r["label"]) for r in csv.DictReader(handle)]
-    assert rows == list(zip(first, ["mismatch", "match"]))
+    return ids, done, rows
+
+
+def test_the_sheet_is_labelled_from_the_keyboard_and_exported(scored, tmp_path):
+    _chromium_and_playwright()
+    from ncclean import api
+
+    api.audit(scored, sample=8, output=tmp_path / "sheet.html")
+    # the first four pairs, focus moving on after each label, then one step on
+    ids, done, rows = label_in_browser(tmp_path / "sheet.html", "mxgpj", tmp_path)
+    assert done == "4"
+    assert rows == list(zip(ids[:4], ["match", "mismatch", "generic", "partial"]))
+
+
+def test_the_report_is_a_workspace_queue_first_labelled_and_exported(scored, tmp_path):
+    _chromium_and_playwright()
+    from ncclean import api
+
+    api.split(scored, tmp_path / "parts", html=tmp_path / "report.html", per_partition=5)
+    text = (tmp_path / "report.html").read_text()
+    assert text.index("id='noisy'") < text.index("id='run'")  # the review queue first
+    assert "truly mismatched (noisy_gt)" in text
+    ids, _, rows = label_in_browser(tmp_path / "report.html", "xm", tmp_path)
+    assert rows == list(zip(ids[:2], ["mismatch", "match"]))
     summary = api.audit(scored, labels=tmp_path / "labels.csv")  # audit reads the report's export
     assert summary.labelled == 2
