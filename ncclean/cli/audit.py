@@ -36,10 +36,7 @@ def audit(
     (--labels labels.csv)."""
     from ncclean import api
     from ncclean.cli.options import scored_input
-    from ncclean.cli.render import console, print_json
-
-    def pct(share: float) -> str:
-        return f"{100 * share:.1f}%"
+    from ncclean.cli.render import console, pct, print_json
 
     input = scored_input(input, "audit", quiet=json_)
     summary = api.audit(input, sample=sample, output=output, labels=labels, seed=seed,
@@ -57,14 +54,14 @@ def audit(
     for name, found in summary.partitions.items():
         if found["labelled"]:
             low, high = found["ci"]
-            out.print(f"  {name:<20} precision {pct(found['precision'])} "
-                      f"[{pct(low)}, {pct(high)}] from {found['labelled']} labelled")
+            out.print(f"  {name:<20} precision {pct(found['precision'], 1)} "
+                      f"[{pct(low, 1)}, {pct(high, 1)}] from {found['labelled']} labelled")
     noise = summary.noise_rate
-    out.print(f"  noise rate {pct(noise['estimate'])} [{pct(noise['ci'][0])}, "
-              f"{pct(noise['ci'][1])}] ({summary.labelled} labelled pairs)")
+    out.print(f"  noise rate {pct(noise['estimate'], 1)} [{pct(noise['ci'][0], 1)}, "
+              f"{pct(noise['ci'][1], 1)}] ({summary.labelled} labelled pairs)")
     cut = summary.cut
     if cut["clean_prob_at_least"] is not None:
-        out.print(f"  for {pct(cut['target'])} precision: keep clean_prob >= "
-                  f"{cut['clean_prob_at_least']:.3f} ({pct(cut['kept_share'])} of valid pairs)")
+        out.print(f"  for {pct(cut['target'], 1)} precision: keep clean_prob >= "
+                  f"{cut['clean_prob_at_least']:.3f} ({pct(cut['kept_share'], 1)} of valid pairs)")
     else:
-        out.print(f"  no clean_prob cut reaches {pct(cut['target'])} precision on these labels")
+        out.print(f"  no clean_prob cut reaches {pct(cut['target'], 1)} precision on these labels")

@@ -115,14 +115,20 @@ def _map(ray, actor, kwargs: dict, items: list[dict], workers: int, own: bool,
          **resources) -> list[dict]:
     """``items`` through an actor pool of ``workers`` ``actor``s (one item per call); their
     reports in item order; the first error of ours (in item order, as the local engine stops
-    at) raised as itself."""
+    at) raised as itself, and one that Ray wrapped unwrapped (:func:`_ours`)."""
     # a cluster of our own: no actor restarts (a restarted actor would meet the same error),
     # which also keeps Ray's warning about restarting them off the terminal
     restarts = {"max_restarts": 0} if own else {}
-    with _quiet_ray_data():
-        rows = ray.data.from_items(items).map_batches(
-            actor, fn_constructor_kwargs=kwargs, batch_size=1, concurrency=workers,
-            **resources, **restarts).take_all()
+    try:
+        with _quiet_ray_data():
+            rows = ray.data.from_items(items).map_batches(
+                actor, fn_constructor_kwargs=kwargs, batch_size=1, concurrency=workers,
+                **resources, **restarts).take_all()
+    except BaseException as error:
+        ours = _ours(error)
+        if ours is None or ours is error:
+            raise
+        raise ours from error
     reports = [json.loads(row["report"]) for row in sorted(rows, key=lambda r: int(r["index"]))]
     failed = next((report["error"] for report in reports if "error" in report), None)
     if failed is not None:
@@ -158,17 +164,14 @@ def _apply(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: RunO
                        items, workers, own, num_cpus=1)
         progress("apply", len(jobs), len(jobs))
         return reports
-    except BaseException as error:
+    except BaseException:
         from ncclean.data.atomic import mark_complete
         from ncclean.pipeline.shard import found_complete
 
         for job in jobs:  # the workers' notes are in their processes: look at the files
             if found_complete(job, fit_hash, run.write):
                 mark_complete(job.out)
-        ours = _ours(error)
-        if ours is None or ours is error:
-            raise
-        raise ours from error
+        raise
 
 
 class ShardEmbedder:
@@ -217,15 +220,9 @@ def embed_on_ray(jobs: list, columns: Columns, spec, scratch: Path, device: str,
             resources = {"num_cpus": 1}
         progress("embedding shards", 0, len(jobs),
                  f"ray, {workers} {'GPU ' if gpus else ''}actors")
-        try:
-            _map(ray, ShardEmbedder, {"columns": columns, "spec": spec,
-                                      "work_dir": str(scratch), "device": device},
-                 items, workers, own, **resources)
-        except BaseException as error:
-            ours = _ours(error)
-            if ours is None or ours is error:
-                raise
-            raise ours from error
+        _map(ray, ShardEmbedder, {"columns": columns, "spec": spec,
+                                  "work_dir": str(scratch), "device": device},
+             items, workers, own, **resources)
         progress("embedding shards", len(jobs), len(jobs))
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ncclean.data.results import CLEAN_INSIGNIFICANT, CLEAN_SIGNIFICANT, NOISY, VAGUE
+from ncclean.data.results import CLEAN_INSIGNIFICANT, CLEAN_SIGNIFICANT, NOISY, PARTITIONS, VAGUE
 from ncclean.data.scored import Scored, fetch_rows
 from ncclean.errors import BadOptionError
 from ncclean.report.labels import LABEL_STYLE, label_bar, label_script
@@ -66,7 +66,7 @@ def audit_sheet(scored: Scored, sample: dict[str, np.ndarray], caption_col: str,
     from ncclean.data.images import RowProblem, load_image_bytes
     from ncclean.report.html import _image_value, thumbnail
 
-    id_col = scored.source.schema.names[0] if "id" not in scored.source.schema.names else "id"
+    id_col = _id_column(scored)
     columns = [id_col, caption_col, "pseudo_caption"] + ([image_col] if image_col else [])
     rows = np.concatenate(list(sample.values())) if sample else np.zeros(0, dtype=np.int64)
     values = fetch_rows(scored.source, rows, columns)
@@ -90,7 +90,7 @@ def audit_sheet(scored: Scored, sample: dict[str, np.ndarray], caption_col: str,
                 f'data-partition="{name}">{image}<div class="caption">{caption}</div>'
                 f'<div class="meta">{name} · clean_prob {scored.clean_prob[row]:.3f}</div>'
                 f'<div class="label"></div></div>')
-        size = int((scored.partition == _code(name)).sum())
+        size = scored.counts()[name]
         sections.append(f'<h2>{name} <small>({len(picked)} of {size:,})</small></h2>'
                         f'<div class="grid">{"".join(cards)}</div>')
     return _PAGE.format(title=escape(title), style=LABEL_STYLE,
@@ -98,10 +98,10 @@ def audit_sheet(scored: Scored, sample: dict[str, np.ndarray], caption_col: str,
                         sections="".join(sections), script=label_script("audit:" + title))
 
 
-def _code(name: str) -> int:
-    from ncclean.data.results import PARTITIONS
-
-    return PARTITIONS.index(name)
+def _id_column(scored: Scored) -> str:
+    """The column that names a pair: ``id``, else the file's first."""
+    names = scored.source.schema.names
+    return "id" if "id" in names else names[0]
 
 
 def read_labels(path: str | Path) -> dict[str, str]:
@@ -134,17 +134,17 @@ def estimate(scored: Scored, labels: dict[str, str], target: float = 0.95) -> di
     """Each partition's precision and the corpus's noise rate with their 95% intervals, and the
     cut for ``target`` precision (see the module docstring). Labels of ids the file does not
     hold are counted in ``unmatched``."""
-    names = scored.source.schema.names
-    id_col = "id" if "id" in names else names[0]
-    ids = [str(v) for v in scored.source.read_columns([id_col]).column(0).to_pylist()]
+    ids = [str(v) for v in scored.source.read_columns([_id_column(scored)]).column(0)
+           .to_pylist()]
     where = {pair_id: row for row, pair_id in enumerate(ids)}
     rows = np.array([where[i] for i in labels if i in where], dtype=np.int64)
     label = np.array([labels[i] for i in labels if i in where], dtype=object)
     partitions, noise_terms, variance = {}, 0.0, 0.0
     valid = int(scored.valid.sum())
+    sizes = scored.counts()
     for name in AUDITED:
-        inside = scored.partition[rows] == _code(name)
-        size = int((scored.partition == _code(name)).sum())
+        inside = scored.partition[rows] == PARTITIONS.index(name)
+        size = sizes[name]
         n = int(inside.sum())
         right = int((label[inside] == ("mismatch" if name == NOISY else "match")).sum())
         partitions[name] = {"precision": right / n if n else None,
@@ -181,10 +181,11 @@ def suggested_cut(scored: Scored, rows: np.ndarray, label: np.ndarray, target: f
     if not 0 < target <= 1:
         raise BadOptionError(f"--target-precision must be in (0, 1], got {target}")
     weights = np.zeros(len(rows))
+    sizes = scored.counts()
     for name in AUDITED:
-        inside = scored.partition[rows] == _code(name)
+        inside = scored.partition[rows] == PARTITIONS.index(name)
         if inside.any():
-            weights[inside] = (scored.partition == _code(name)).sum() / inside.sum()
+            weights[inside] = sizes[name] / inside.sum()
     prob = scored.clean_prob[rows].astype(np.float64)
     order = np.argsort(-prob, kind="stable")
     clean = (label[order] == "match") * weights[order]
