@@ -210,6 +210,7 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
     began = time.perf_counter()
     seconds: dict[str, float] = {}
     shards = list_shards(input)
+    inputs = [shard.path for shard in shards]  # the record's fingerprint is of these files
     out = Path(output)
     to_folder = out.is_dir() or out.suffix != ".parquet"
     if not to_folder and len(shards) > 1:
@@ -278,7 +279,7 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
         seconds["apply"] = time.perf_counter() - applying
     extra = {"empty_shards": empty} | ({} if embedded is None else {"embedded": {
         "towers": embedded.identity, "computed": embedded.computed, "cached": embedded.cached}})
-    return _finish(request, out, to_folder, fit, reports, seconds, began, extra)
+    return _finish(request, out, to_folder, fit, reports, seconds, began, inputs, extra)
 
 
 def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
@@ -331,7 +332,7 @@ def _fit(request: ScoreRequest, shards, scan: IdScan, id_name: str, scratch: Pat
 
 
 def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: list[dict],
-            seconds: dict, began: float, extra: dict | None = None):
+            seconds: dict, began: float, inputs: list[Path], extra: dict | None = None):
     """The run record (written beside the output) and the summary of the whole run."""
     from ncclean.data.parquet import sidecar_path, write_json
     from ncclean.data.results import PARTITIONS
@@ -353,7 +354,7 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
                 "sample": fit.meta["sample"], "signal": fit.meta["signal"]},
         "engine": scale.engine, "write": run.write,
         "options": request.options(),
-        **request.provenance([s.path for s in list_shards(input)], input),
+        **request.provenance(inputs, input),
         "estimated_noise_rate": fit.meta["noise_rate"], "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts,
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
