@@ -47,10 +47,16 @@ METHODS = ["clip", "gmm", "pc2", "crcl"]
 TRAINED_ON_ALL = {"gmm": ["--fit-sample", "all"]}
 
 
-def generate(path: Path, n: int, seed: int = 0, chunk: int = 65536) -> None:
+ENCODINGS = ("dictionary", "plain")
+
+
+def generate(path: Path, n: int, seed: int = 0, chunk: int = 65536,
+             encoding: str = "dictionary") -> None:
     """Write ``n`` pairs to ``path``: unit-length 512-d float16 image and text vectors, each the
     projection of a 64-d latent per pair plus twice as much independent noise (a clean pair's
-    cosine is about 0.2), except for a random 20% whose text latent is drawn afresh."""
+    cosine is about 0.2), except for a random 20% whose text latent is drawn afresh.
+    ``encoding``: ``dictionary``, pyarrow's default for every column (as most tools write
+    embeddings), or ``plain`` vectors (as ncclean writes them)."""
     rng = np.random.default_rng(seed)
     project = rng.standard_normal((LATENT, DIM)).astype(np.float32) / math.sqrt(LATENT)
     schema = pa.schema([
@@ -61,9 +67,8 @@ def generate(path: Path, n: int, seed: int = 0, chunk: int = 65536) -> None:
         ("noisy_gt", pa.bool_()),
     ])
     tmp = path.with_name(path.name + ".tmp")
-    # Plain (not dictionary) encoding for the vectors, as ncclean writes them: dictionary-encoded
-    # float16 reads 8x slower.
-    with pq.ParquetWriter(tmp, schema, use_dictionary=["id", "caption", "noisy_gt"]) as writer:
+    dictionary = True if encoding == "dictionary" else ["id", "caption", "noisy_gt"]
+    with pq.ParquetWriter(tmp, schema, use_dictionary=dictionary) as writer:
         for start in range(0, n, chunk):
             m = min(chunk, n - start)
             latent = rng.standard_normal((m, LATENT)).astype(np.float32)
@@ -134,15 +139,15 @@ def io_floor(corpus: Path, scored: Path, write: str = "all") -> float:
     """Seconds pyarrow alone takes to do the I/O ``score`` cannot avoid: read every column of
     ``corpus`` (``score`` writes them all back; with ``write="scores"`` only the columns it
     reads, :data:`SCORES_READ`) and write the scored table (for ``scores``: the id and
-    ncclean's columns), with pyarrow's defaults; in the same run as the score, so the ratio
-    drifts less than either time."""
+    ncclean's columns) with pyarrow's defaults but no statistics; in the same run as the
+    score, so the ratio drifts less than either time."""
     began = time.perf_counter()
     pq.read_table(corpus, columns=SCORES_READ if write == "scores" else None)
     read = time.perf_counter() - began
     table = pq.read_table(scored)
     target = scored.with_name(scored.name + ".floor.parquet")
     began = time.perf_counter()
-    pq.write_table(table, target)
+    pq.write_table(table, target, write_statistics=False)
     write = time.perf_counter() - began
     target.unlink()
     return read + write
@@ -177,6 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--work", type=Path, default=Path("/tmp/ncclean-speed"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--encodings", nargs="+", default=list(ENCODINGS), choices=ENCODINGS,
+                        help="how the generated corpora's vectors are encoded")
     parser.add_argument("--largest", action="append", default=[], metavar="METHOD=N",
                         help="skip METHOD above N pairs (repeatable)")
     parser.add_argument("--score-args", default="", help="more ncclean score arguments, quoted")
@@ -201,11 +208,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"command: {shlex.join(['python', 'benchmarks/speed.py', *shown])}", flush=True)
     print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s", flush=True)
     rows = []
-    for n in args.sizes:
-        corpus = args.work / f"emb-{n}.parquet"
+    for n, encoding in [(n, e) for n in args.sizes for e in args.encodings]:
+        corpus = args.work / f"emb-{n}-{encoding}.parquet"
         if not corpus.exists():
             began = time.perf_counter()
-            generate(corpus, n, args.seed)
+            generate(corpus, n, args.seed, encoding=encoding)
             print(f"generated {corpus} in {time.perf_counter() - began:.0f} s", flush=True)
         for method, write in [(m, w) for m in args.methods for w in args.writes]:
             if n > largest.get(method, n):
@@ -220,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
             summary = json.loads(stdout)
             sidecar = json.loads(Path(str(scored) + ".json").read_text())
             floor = floor_in_child(corpus, scored, write)
-            row = {"method": method, "n": n, "write": write, "seconds": seconds,
+            row = {"method": method, "n": n, "encoding": encoding, "write": write,
+                   "seconds": seconds,
                    "peak_mb": peak, "output_bytes": scored.stat().st_size,
                    "io_floor_s": floor, "times_floor": seconds / floor,
                    "auroc": detection(scored, corpus), "phases": summary["seconds"],
@@ -299,7 +307,8 @@ def exponent(rows: list[dict], method: str) -> str:
     """The power-law exponent of time in N between the two largest sizes measured (of the
     ``--write all`` runs)."""
     points = sorted((r["n"], r["seconds"]) for r in rows
-                    if r["method"] == method and r.get("write", "all") == "all")
+                    if r["method"] == method and r.get("write", "all") == "all"
+                    and r.get("encoding", "dictionary") == "dictionary")
     if len(points) < 2:
         return "-"
     (n0, t0), (n1, t1) = points[-2], points[-1]
@@ -334,6 +343,7 @@ def render(rows: list[dict], ceiling: float, command: str) -> str:
         floor = r.get("io_floor_s")
         lines.append(
             f"| {r['method']}{' --write ' + r['write'] if r.get('write', 'all') != 'all' else ''}"
+            f"{', ' + r['encoding'] + ' vectors' if 'encoding' in r else ''}"
             f" | {r['n']:,} | {r['seconds']:.1f} s | "
             + (f"{floor:.1f} s | {r['seconds'] / floor:.2f}x" if floor else "- | -")
             + f" | {phases} s | {r['peak_mb']:.0f} MB | {throughput} | {r['auroc']:.3f} |")
