@@ -46,7 +46,7 @@ def run_arm(name: str, corpus: Path, work: Path, seed: int) -> dict:
     summary = json.loads(stdout)
     return {"arm": name, "seconds": round(seconds, 1), "phases": summary["seconds"],
             "method": summary["method"], "peak_mb": round(peak),
-            "auroc": (summary.get("detection") or {}).get("auroc"),
+            "auroc": (summary.get("detection_vs_noisy_gt") or {}).get("auroc"),
             "load_before": before, "load_after": load()}
 
 

@@ -103,7 +103,8 @@ def summarise(work: Path, methods: list[str], seeds: list[int], low: int, high: 
     print("|---" * 9 + "|")
     for method in methods:
         shares, matcher_shares, rsum, selected = [], [], None, None
-        auroc = json.loads((work / f"score-{method}.json").read_text())["detection"]["auroc"]
+        auroc = json.loads((work / f"score-{method}.json").read_text())["detection_vs_noisy_gt"][
+            "auroc"]
         auroc = f"{auroc:.4f}"
         for seed in seeds:
             path = work / f"retrain-{method}-{seed}.json"
@@ -167,7 +168,7 @@ def summarise_pipeline(work: Path, methods: list[str], seeds: list[int], low: in
                                       ("oracle", base["arms"]))}
             gap = mean["oracle"] - mean["noisy"]
             rsum = own["arms"]["matcher"]["strict"]["rsum"]
-            for key, value in (("auroc", score["detection"]["auroc"]),
+            for key, value in (("auroc", score["detection_vs_noisy_gt"]["auroc"]),
                                ("n", own["arms"]["cleaned"]["n_pairs"]),
                                ("gap", (mean["cleaned"] - mean["noisy"]) / gap),
                                ("rsum", rsum), ("mgap", (rsum - mean["noisy"]) / gap)):

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         summary = json.loads(stdout)
         metrics = measure(scored, captions_all)
         metrics |= {"ratio": ratio, "seconds": seconds, "peak_mb": peak,
-                    "estimated_noise": summary["noise_rate"],
+                    "estimated_noise": summary["estimated_noise_rate"],
                     "method_seconds": summary["seconds"].get("method", float("nan")),
                     "stages_seconds": summary["seconds"].get("stages", float("nan"))}
         if args.corpus == "clipart":

@@ -3,6 +3,12 @@
 Each function checks its options, calls one function of :mod:`ncclean.pipeline` (or of the
 library layer that does the work), and returns that function's summary; it never prints. Outputs
 are written atomically. Errors a user can act on are :class:`ncclean.errors.NcCleanError`.
+
+Every function that reads a corpus or a scored file takes a path or a table in memory (a pyarrow
+``Table``, a pandas or polars ``DataFrame``, a ``datasets.Dataset``) and the column keywords of
+:func:`score` (``caption_col=``, ``image_col=``, ``id_col=``, ...; one set serves every call).
+``progress=``: a :class:`~ncclean.progress.Progress` callback, or ``False``; by default a line
+per stage in a Jupyter notebook and nothing elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from ncclean.options import (
     ScaleOptions,
     StageOptions,
 )
-from ncclean.progress import Progress, no_progress
+from ncclean.progress import Progress
 
 if TYPE_CHECKING:
     from ncclean.evaluate.retrain import RetrainSummary
@@ -31,6 +37,9 @@ if TYPE_CHECKING:
     from ncclean.report.gate import CheckResult
 
 PathLike = str | os.PathLike
+Table = Any  # a table in memory: ncclean.pipeline.frames
+Shown = Progress | bool | None  # progress=: ncclean.progress.chosen_progress
+
 
 _CONSTANTS = {"PARTITIONS": "ncclean.data.results", "INVALID": "ncclean.data.results",
               "NOISY": "ncclean.data.results"}
@@ -80,7 +89,7 @@ def synth(output: PathLike, *, n_images: int = 500, captions_per_image: int = 5,
 
 
 def inject_noise(
-    input: PathLike,
+    input: PathLike | Table,
     output: PathLike,
     *,
     ratio: float = 0.5,
@@ -90,7 +99,8 @@ def inject_noise(
     columns: Columns = Columns(),
     move_with_image: Sequence[str] = (),
     overwrite: bool = False,
-    progress: Progress = no_progress,
+    progress: Shown = None,
+    **column_keywords: Any,
 ) -> NoiseSummary:
     """Mismatch a share of the pairs of ``input`` and write the result to ``output``.
 
@@ -101,26 +111,31 @@ def inject_noise(
     sidecar ``<output>.json``.
     """
     from ncclean.pipeline import corpus
+    from ncclean.pipeline.frames import named_columns, on_path
+    from ncclean.progress import chosen_progress
 
-    return corpus.inject_noise(input, output, ratio=ratio, protocol=protocol, seed=seed,
-                               index=index, columns=columns, move_with_image=move_with_image,
-                               overwrite=overwrite, progress=progress)
+    return on_path(corpus.inject_noise, input, output, ratio=ratio, protocol=protocol, seed=seed,
+                   index=index, columns=named_columns(column_keywords, "inject_noise", columns),
+                   move_with_image=move_with_image, overwrite=overwrite,
+                   progress=chosen_progress(progress))
 
 
-def inspect(input: PathLike, columns: Columns = Columns(), *, strict: bool = False,
-            decode: bool = True, image_size: int = 64,
-            max_image_pixels: int | None = None,
-            progress: Progress = no_progress) -> CorpusSummary:
+def inspect(input: PathLike | Table, columns: Columns = Columns(), *, strict: bool = False,
+            decode: bool = True, image_size: int = 64, max_image_pixels: int | None = None,
+            progress: Shown = None, **column_keywords: Any) -> CorpusSummary:
     """Read ``input`` as scoring would (decoding every image unless ``decode=False``) and say what
     it holds: sizes, repeated captions, scripts, and every kind of invalid row with examples."""
     from ncclean.pipeline.corpus import inspect_corpus
+    from ncclean.pipeline.frames import named_columns, on_path
+    from ncclean.progress import chosen_progress
 
-    return inspect_corpus(input, columns, strict=strict, decode=decode, image_size=image_size,
-                          max_image_pixels=max_image_pixels, progress=progress)
+    return on_path(inspect_corpus, input, named_columns(column_keywords, "inspect", columns),
+                   strict=strict, decode=decode, image_size=image_size,
+                   max_image_pixels=max_image_pixels, progress=chosen_progress(progress))
 
 
 def score(
-    input: PathLike,
+    input: PathLike | Table,
     output: PathLike | None = None,
     method: str = "auto",
     params: dict | None = None,
@@ -131,7 +146,7 @@ def score(
     stages: StageOptions = StageOptions(),
     run: RunOptions = RunOptions(),
     scale: ScaleOptions | None = None,
-    progress: Progress = no_progress,
+    progress: Shown = None,
     given: frozenset[str] = frozenset(),
     argv: Sequence[str] | None = None,
     **keywords: Any,
@@ -162,26 +177,17 @@ def score(
     record names (default: the process's).
     """
     from ncclean.options import fold_keywords
-    from ncclean.pipeline.frames import is_table, table_file
+    from ncclean.pipeline.run import run_score
+    from ncclean.progress import chosen_progress
 
-    if is_table(input):  # a table in memory: scored from a temporary file, its rows returned
-        from dataclasses import replace
-
-        with table_file(input) as path:
-            summary = score(path, output or path.with_name("scored.parquet"), method, params,
-                            columns=columns, matcher=matcher, cut=cut, stages=stages, run=run,
-                            scale=scale, progress=progress, given=given, argv=argv, **keywords)
-            return replace(summary, _rows=summary.rows, input=None,
-                           output=summary.output if output else None)
     groups = fold_keywords({"columns": columns, "matcher": matcher, "cut": cut,
                             "stages": stages, "run": run}, keywords)
-    from ncclean.pipeline.run import run_score
-
-    return run_score(input, output, method, params, groups, scale, given, argv, progress)
+    return run_score(input, output, method, params, groups, scale, given, argv,
+                     chosen_progress(progress))
 
 
 def embed(
-    input: PathLike,
+    input: PathLike | Table,
     output: PathLike,
     *,
     encoder: str | None = None,
@@ -200,7 +206,8 @@ def embed(
     engine: str = "local",
     ray_address: str | None = None,
     overwrite: bool = False,
-    progress: Progress = no_progress,
+    progress: Shown = None,
+    **column_keywords: Any,
 ):
     """Add image and caption vectors to every row of ``input`` (:mod:`ncclean.embed`).
     ``encoder``: ``imagenet+e5`` (the default pipeline's offline towers, both sides in one
@@ -214,61 +221,75 @@ def embed(
     or ``ray``, at ``ray_address`` or a local cluster), a rerun redoing only what changed.
     Returns an :class:`ncclean.embed.EmbedSummary`.
     """
+    from ncclean.pipeline.frames import named_columns, on_path
     from ncclean.pipeline.vectors import embed_input
+    from ncclean.progress import chosen_progress
 
-    return embed_input(input, output, encoder=encoder, caption_col=caption_col,
-                       image_col=image_col, half=half, layout=layout,
-                       image_emb_col=image_emb_col, text_emb_col=text_emb_col,
-                       clip_model=clip_model, clip_pretrained=clip_pretrained,
-                       clip_checkpoint=clip_checkpoint, shard_rows=shard_rows, device=device,
-                       max_image_pixels=max_image_pixels, engine=engine,
-                       ray_address=ray_address, overwrite=overwrite, progress=progress)
+    named_columns(column_keywords, "embed")  # accepted, as by every function; embed names its own
+    return on_path(embed_input, input, output, encoder=encoder, caption_col=caption_col,
+                   image_col=image_col, half=half, layout=layout, image_emb_col=image_emb_col,
+                   text_emb_col=text_emb_col, clip_model=clip_model,
+                   clip_pretrained=clip_pretrained, clip_checkpoint=clip_checkpoint,
+                   shard_rows=shard_rows, device=device, max_image_pixels=max_image_pixels,
+                   engine=engine, ray_address=ray_address, overwrite=overwrite,
+                   progress=chosen_progress(progress))
 
 
-def split(input: PathLike, out_dir: PathLike | None = None, *, html: PathLike | None = None,
-          image_col: str | None = None, caption_col: str | None = None, per_partition: int = 40,
-          top: int = 10, seed: int = 0) -> SplitSummary:
-    """Split a scored file into ``out_dir/<partition>.parquet`` (every partition, ``invalid``
-    included) and write ``out_dir/summary.json`` (``None``: ``<input stem>.split/`` beside the
-    input); with ``html``, also the HTML report (:mod:`ncclean.report.html`). The caption and
-    image columns are the scoring run's unless named. The files' row
-    counts are read back and must add up to the input's."""
+def split(input: PathLike | Table, out_dir: PathLike | None = None, *,
+          html: PathLike | None = None, image_col: str | None = None,
+          caption_col: str | None = None, per_partition: int = 40, top: int = 10, seed: int = 0,
+          **column_keywords: Any) -> SplitSummary:
+    """Split a scored file (or table: ``out_dir`` required) into ``out_dir/<partition>.parquet``
+    (every partition, ``invalid`` included) and write ``out_dir/summary.json`` (``None``:
+    ``<input stem>.split/`` beside the input); with ``html``, also the HTML report
+    (:mod:`ncclean.report.html`). The caption and image columns are the scoring run's unless
+    named (a table without its run record: ``caption`` and ``image``). The files' row counts
+    are read back and must add up to the input's."""
+    from ncclean.pipeline.frames import named_columns, on_path
     from ncclean.pipeline.split import split_scored
 
-    return split_scored(input, out_dir, html=html, image_col=image_col, caption_col=caption_col,
-                        per_partition=per_partition, top=top, seed=seed)
+    named_columns(column_keywords, "split")
+    return on_path(split_scored, input, out_dir=out_dir, needs="out_dir", html=html,
+                   image_col=image_col, caption_col=caption_col, per_partition=per_partition,
+                   top=top, seed=seed)
 
 
-def audit(input: PathLike, *, sample: int | None = None, output: PathLike | None = None,
+def audit(input: PathLike | Table, *, sample: int | None = None, output: PathLike | None = None,
           labels: PathLike | None = None, seed: int = 0, target_precision: float = 0.95,
-          caption_col: str | None = None, image_col: str | None = None):
+          caption_col: str | None = None, image_col: str | None = None, **column_keywords: Any):
     """A labelling sheet of ``sample`` pairs drawn by partition (to ``output``), or each
-    partition's precision, the noise rate and a cut estimated from ``labels`` (docs/audit.md)."""
+    partition's precision, the noise rate and a cut estimated from ``labels`` (docs/audit.md),
+    of a scored file or table (columns as :func:`split` reads them)."""
     from ncclean.pipeline.audit import audit_scored
+    from ncclean.pipeline.frames import named_columns, on_path
 
-    return audit_scored(input, sample=sample, output=output, labels=labels, seed=seed,
-                        target=target_precision, caption_col=caption_col, image_col=image_col)
+    named_columns(column_keywords, "audit")
+    return on_path(audit_scored, input, sample=sample, output=output, labels=labels, seed=seed,
+                   target=target_precision, caption_col=caption_col, image_col=image_col)
 
 
-def check(input: PathLike, *, max_noisy: float | None = None, max_vague: float | None = None,
-          max_invalid: float | None = None, against: PathLike | None = None,
-          max_increase: float = 0.01, labels: PathLike | None = None,
-          min_precision: float = 0.9) -> CheckResult:
-    """Judge a scored file for a data-quality gate (:mod:`ncclean.report.gate`): it fails when
-    the noisy (or vague) share of valid pairs, or the invalid share of rows, exceeds its bound,
-    or, ``against`` a previous run's summary (a scored file's sidecar, ``split``'s
+def check(input: PathLike | Table, *, max_noisy: float | None = None,
+          max_vague: float | None = None, max_invalid: float | None = None,
+          against: PathLike | None = None, max_increase: float = 0.01,
+          labels: PathLike | None = None, min_precision: float = 0.9,
+          **column_keywords: Any) -> CheckResult:
+    """Judge a scored file or table for a data-quality gate (:mod:`ncclean.report.gate`): it
+    fails when the noisy (or vague) share of valid pairs, or the invalid share of rows, exceeds
+    its bound, or, ``against`` a previous run's summary (a scored file's sidecar, ``split``'s
     ``summary.json`` or ``check --json`` output), when the noisy share grew by more than
     ``max_increase``. With no bound and no ``against``, the bound is ``max_noisy``
     :data:`ncclean.report.gate.DEFAULT_MAX_NOISY` (0.5)."""
+    from ncclean.pipeline.frames import named_columns, on_path
     from ncclean.report.gate import LIMITS, check_scored
 
+    named_columns(column_keywords, "check")
     limits = dict(zip(LIMITS, (max_noisy, max_vague, max_invalid)))
-    return check_scored(input, limits, against, max_increase, labels, min_precision)
+    return on_path(check_scored, input, limits, against, max_increase, labels, min_precision)
 
 
 def retrain(
-    input: PathLike,
-    test: PathLike | None = None,
+    input: PathLike | Table,
+    test: PathLike | Table | None = None,
     *,
     keep: str | None = None,
     pseudo_captions: bool = False,
@@ -283,8 +304,9 @@ def retrain(
     matcher: PathLike | None = None,
     device: str = "auto",
     cache_dir: PathLike | bool | None = True,
-    progress: Progress = no_progress,
+    progress: Shown = None,
     test_columns: dict[str, str | None] | None = None,
+    **column_keywords: Any,
 ) -> RetrainSummary:
     """Train a fresh plain matcher on what the scoring run of ``input`` kept and measure
     Recall@K on ``test`` (:mod:`ncclean.evaluate.retrain`); with ``baseline``, also on every
@@ -292,44 +314,30 @@ def retrain(
     architecture and encoders are the scoring run's (from its sidecar); ``image_encoder`` /
     ``text_encoder`` other than ``auto`` replace a tower (e.g. score with ``e5`` captions and
     retrain the GRU over words on what that run kept); a ``column`` tower reads the embedding
-    column the scoring run read unless ``columns`` names another. Each arm also reports its
-    learning curve: test rSum every ``eval_every`` steps at epoch ends (``None``: every
-    ``steps // 16``; 0: off), how fast it was still rising over the curve's second half
-    (``late_slope``), and its best stretch and how far the end fell below it (``best``); the
-    summary's verdicts say which arms were ``still_improving`` or ``past_best`` and whether the
-    cleaned arm is a ``small_selection``. ``schedule``: the learning rate of every arm,
-    ``constant`` or ``cosine`` (from 2e-4 down to 0 over the steps). ``matcher``: a saved
+    column the scoring run read unless ``columns`` names another. ``steps``, ``eval_every``
+    (``None``: every ``steps // 16``) and ``schedule``: :class:`~ncclean.evaluate.retrain.
+    RetrainConfig`, the arms' learning curves. ``matcher``: a saved
     matcher (``score --save-matcher``, the method's own noise-robust training) evaluated
     untrained on ``test`` as one more arm, ``matcher``, with its own share of the gap; how the
     papers judge a method, where the other arms judge its selection. ``keep`` ``None``: what
     the scoring run's preset says (:data:`ncclean.options.PRESETS`), else ``clean``.
-    ``test_columns``: the test
-    file's own column names (``caption``, ``image``, ``image_emb``, ``text_emb``, ...), the
-    scored file's where not given. ``test=None``: a deterministic tenth of the valid pairs with a
-    unique caption is held out of every arm as the test set, with a warning in the summary
-    saying what recall on it can and cannot show; a test file overlapping the training pairs is
-    a warning too."""
+    ``test_columns``: the test file's own column names (``caption``, ``image``, ``image_emb``,
+    ``text_emb``, ...), the scored file's where not given. ``test=None``: a deterministic
+    tenth of the valid pairs with a unique caption is held out of every arm as the test set,
+    with a warning in the summary saying what recall on it can and cannot show; a test file
+    overlapping the training pairs is a warning too."""
     from ncclean.device import resolve_device
-    from ncclean.errors import BadOptionError
-    from ncclean.evaluate.retrain import KEEPS, SCHEDULES, RetrainConfig
-    from ncclean.pipeline.retrain import retrain_scored
+    from ncclean.pipeline.frames import named_columns, on_path
+    from ncclean.pipeline.retrain import retrain_config, retrain_scored
+    from ncclean.progress import chosen_progress
 
-    if keep is not None and keep not in KEEPS:
-        raise BadOptionError(f"--keep must be one of {', '.join(KEEPS)}, got {keep!r}")
-    if steps < 1:
-        raise BadOptionError(f"--steps must be at least 1, got {steps}")
-    if eval_every is None:
-        eval_every = max(1, steps // 16)
-    if eval_every < 0:
-        raise BadOptionError(f"--eval-every must be 0 (off) or a number of steps, got {eval_every}")
-    if schedule not in SCHEDULES:
-        raise BadOptionError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    return retrain_scored(
-        input, test, keep=keep, pseudo_captions=pseudo_captions, baseline=baseline,
-        columns=columns, config=RetrainConfig(steps=steps, eval_every=eval_every,
-                                              schedule=schedule),
-        seed=seed, image_encoder=image_encoder, text_encoder=text_encoder, matcher=matcher,
-        device=resolve_device(device), cache_dir=cache_dir, progress=progress,
+    return on_path(
+        retrain_scored, input, test=test, tables=("test",), keep=keep,
+        pseudo_captions=pseudo_captions, baseline=baseline,
+        columns=named_columns(column_keywords, "retrain", columns),
+        config=retrain_config(keep, steps, eval_every, schedule), seed=seed,
+        image_encoder=image_encoder, text_encoder=text_encoder, matcher=matcher,
+        device=resolve_device(device), cache_dir=cache_dir, progress=chosen_progress(progress),
         test_columns=test_columns)
 
 

@@ -185,7 +185,12 @@ def test_cli_score_json_and_errors(noisy, tmp_path, capsys):
         args += ["-p", f"{key}={value}"]
     assert main(args) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["n_pairs"] == 90 and printed["method"] == "gmm"
+    assert printed["n_rows"] == 90 and printed["method"] == "gmm"
+    record = json.loads((tmp_path / "cli.parquet.json").read_text())
+    shared = set(printed) & set(record)  # --json names each fact the record holds as it does
+    assert {"n_rows", "estimated_noise_rate", "detection_vs_noisy_gt", "seconds"} <= shared
+    assert {key: printed[key] for key in shared} == {key: record[key] for key in shared}
+    assert {"n_pairs", "noise_rate", "detection"}.isdisjoint(printed)
     assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "--method", "nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown method 'nope'; valid methods: " in err and "gmm" in err
@@ -234,7 +239,8 @@ def test_rare_count_reaches_the_stages_and_the_sidecar_under_an_auto_noise_rate(
         assert main(args) == 0, capsys.readouterr().err
         cut = json.loads(out.with_name(out.name + ".json").read_text())["cut"]
         assert cut["rare_count"] == count and cut["noise_rate_source"] == "auto"
-        assert cut["noise_rate"] == pytest.approx(json.loads(capsys.readouterr().out)["noise_rate"])
+        assert cut["noise_rate"] == pytest.approx(
+            json.loads(capsys.readouterr().out)["estimated_noise_rate"])
         parts[count] = pq.read_table(out).column("partition").to_pylist()
     # the same scores and cut; only what counts as a rare caption differs
     assert [p == "noisy" for p in parts[2]] == [p == "noisy" for p in parts[50]]

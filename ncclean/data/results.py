@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,10 +201,12 @@ def stable_record(record: Mapping) -> dict:
 
 
 def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResults,
-                  sidecar: Mapping, write: str = "all") -> Path:
+                  sidecar: Mapping, write: str = "all",
+                  before_copy: Callable[[], None] | None = None) -> Path:
     """Write ``corpus`` with ``results`` to ``output``, the run record (``sidecar`` plus the
     counts, :func:`stable_record`) in its metadata, in one atomic write; then the record's JSON
-    copy beside it, timings included. When
+    copy beside it, timings included (``before_copy()``, when given, is called first: it may
+    complete the timings the sidecar holds). When
     the copy cannot be written, no copy stays (an older run's would disagree) and the error is
     raised. ``write="scores"``: the id column and the contract's columns only
     (:func:`scores_only`).
@@ -222,6 +224,8 @@ def write_results(corpus: Corpus, output: str | os.PathLike, results: PairResult
     out = write_pairs(corpus.source, output, columns,
                       **scores_only(corpus.columns.id, write, metadata))
     copy = sidecar_path(out)
+    if before_copy is not None:
+        before_copy()
     try:
         write_json(copy, record)
     except BaseException:

@@ -62,6 +62,13 @@ SMALL = 0.1  # a cleaned arm with under this share of the valid pairs: warn that
 
 @dataclass(frozen=True)
 class RetrainConfig:
+    """How every arm trains. Each arm also reports its learning curve: test rSum every
+    ``eval_every`` steps at epoch ends (0: off), how fast it was still rising over the curve's
+    second half (``late_slope``), and its best stretch and how far the end fell below it
+    (``best``); the summary's verdicts say which arms were ``still_improving`` or ``past_best``
+    and whether the cleaned arm is a ``small_selection``. ``schedule``: the learning rate,
+    ``constant`` or ``cosine`` (from ``lr`` down to 0 over the steps)."""
+
     steps: int = 1600
     batch_size: int = 128
     lr: float = 2e-4

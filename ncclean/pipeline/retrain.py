@@ -80,6 +80,26 @@ def pa_mask_rows(rows: np.ndarray):
     return pa.array(np.asarray(rows, dtype=np.int64))
 
 
+def retrain_config(keep: str | None, steps: int, eval_every: int | None, schedule: str
+                   ) -> RetrainConfig:
+    """The arms' training settings, checked (:class:`~ncclean.errors.BadOptionError`);
+    ``eval_every`` ``None``: every ``steps // 16``."""
+    from ncclean.errors import BadOptionError
+    from ncclean.evaluate.retrain import KEEPS, SCHEDULES
+
+    if keep is not None and keep not in KEEPS:
+        raise BadOptionError(f"--keep must be one of {', '.join(KEEPS)}, got {keep!r}")
+    if steps < 1:
+        raise BadOptionError(f"--steps must be at least 1, got {steps}")
+    if eval_every is None:
+        eval_every = max(1, steps // 16)
+    if eval_every < 0:
+        raise BadOptionError(f"--eval-every must be 0 (off) or a number of steps, got {eval_every}")
+    if schedule not in SCHEDULES:
+        raise BadOptionError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    return RetrainConfig(steps=steps, eval_every=eval_every, schedule=schedule)
+
+
 def _read(path: PathLike, what: str, columns: Columns, **kwargs):
     """``read_corpus`` with the file named in a column error (scored file or test file)."""
     from ncclean.data.corpus import read_corpus

@@ -12,7 +12,19 @@ def run_score(input, output, method: str, params: dict | None, groups: dict,
               scale: ScaleOptions | None, given: frozenset[str], argv, progress):
     """:func:`ncclean.api.score` once its keywords are folded into ``groups`` (``columns``,
     ``matcher``, ``cut``, ``stages``, ``run``): the request built once, then the one pass or the
-    sharded pipeline. A bad output fails before torch is imported."""
+    sharded pipeline. A bad output fails before torch is imported. A table in memory
+    (:mod:`ncclean.pipeline.frames`) is scored from a temporary file and its rows returned in
+    the summary (``output`` ``None``: written beside that file only)."""
+    from ncclean.pipeline.frames import is_table, table_file
+
+    if is_table(input):
+        from dataclasses import replace
+
+        with table_file(input) as path:
+            summary = run_score(path, output or path.with_name("scored.parquet"), method,
+                                params, groups, scale, given, argv, progress)
+            return replace(summary, _rows=summary.rows, input=None,
+                           output=summary.output if output else None)
     from ncclean.device import resolve_device
     from ncclean.options import ScoreRequest
     from ncclean.pipeline.score import check_write, default_output, prepare_output, score_corpus

@@ -44,8 +44,15 @@ class ScoreSummary(Summary):
             object.__setattr__(self, "_rows", read_rows(Path(self.output)))
         return self._rows
 
+    RECORD_KEYS = {"n_pairs": "n_rows", "noise_rate": "estimated_noise_rate",
+                   "detection": "detection_vs_noisy_gt"}
+    """The run record's names of the facts a field holds under another name."""
+
     def as_dict(self) -> dict:
-        return {k: v for k, v in super().as_dict().items() if k != "_rows"}
+        """What ``score --json`` prints: the fields, each fact the run record also holds under
+        the record's key (:attr:`RECORD_KEYS`) and with the record's value."""
+        return {self.RECORD_KEYS.get(k, k): v for k, v in super().as_dict().items()
+                if k != "_rows"}
 
 
 def cache_path(cache_dir: PathLike | bool | None) -> Path | None:
@@ -308,6 +315,11 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         detection = detection_metrics(truth, clean_prob, flagged=parts == NOISY).as_dict()
 
     writing = time.perf_counter()
+
+    def written_in() -> None:  # before the record's copy is written: it holds these too
+        seconds["write"] = time.perf_counter() - writing
+        seconds["total"] = time.perf_counter() - began
+
     results = PairResults.from_pairs(
         corpus.n_pairs, rows, clean_prob, parts, stages.significance, stages.donor,
         stages.donor_score, result.columns)
@@ -317,13 +329,11 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         "stages": stages.report,
         "report": result.report,
         "seconds": seconds,
-    }, write)
+    }, write, before_copy=written_in)
     if save_matcher is not None and result.matcher is not None:
         save_checkpoint(save_matcher, result.matcher, {"method": sidecar["method"],
                                                        "seed": sidecar["seed"],
                                                        "trained_on": sidecar["input"]})
-    seconds["write"] = time.perf_counter() - writing
-    seconds["total"] = time.perf_counter() - began
     donor_row = results.pseudo_caption_row
     return ScoreSummary(
         input=Path(sidecar["input"]), output=written, method=sidecar["method"],

@@ -51,8 +51,9 @@ def recorded_columns(scored, caption_col: str | None, image_col: str | None
     caption = caption_col or recorded.get("caption") or "caption"
     if caption not in names and (caption_col or "caption" in names or
                                  scored.sidecar.get("write") != "scores"):
-        raise SchemaError(f"{scored.source.path}: no caption column {caption!r}"
-                          f"{' (the scoring run named it)' if not caption_col else ''}; "
+        named = " (the scoring run named it)" if recorded.get("caption") and not caption_col \
+            else ""
+        raise SchemaError(f"{scored.source.path}: no caption column {caption!r}{named}; "
                           f"columns: {', '.join(names[:12])}; name one with --caption-col")
     image = image_col or recorded.get("image") or "image"
     if image_col and image not in names:
