@@ -206,9 +206,10 @@ def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.nda
     """Specificity of ``local`` against every image of the fit's pool, ``(len(local),)``: as
     one pass (:func:`~ncclean.stages.significance.own_log_softmax`), the own image's copies
     in the pool found by key."""
-    from ncclean.stages.significance import own_log_softmax
+    from ncclean.stages.significance import largest_norm, own_log_softmax
 
     pool = torch.from_numpy(fit.arrays["pool.images"])
+    pool_norm = largest_norm(pool)
     pool_key = fit.arrays["pool.image_key"]
     by_key = np.argsort(pool_key, kind="stable")
     sorted_key = pool_key[by_key]
@@ -220,7 +221,7 @@ def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.nda
         texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
         rows, cols = _same_key(image_key[groups], sorted_key, by_key)
-        log_p = own_log_softmax(own, texts, pool, TEMPERATURE, rows, cols)
+        log_p = own_log_softmax(own, texts, pool, TEMPERATURE, rows, cols, pool_norm)
         values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
     return values
 

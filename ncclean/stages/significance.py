@@ -75,6 +75,7 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
     pool_groups = np.unique(features.image_group[pool])
     pool_images = torch.from_numpy(embeddings.images[pool_groups]).float()
     k = len(pool_groups) + 1  # the pool's images and the pair's own
+    pool_norm = largest_norm(pool_images)
     out = np.full(features.n_pairs, np.nan)
     rows = np.flatnonzero(candidates)
     for start in range(0, len(rows), _BLOCK):
@@ -84,7 +85,8 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
         position, found = find_sorted(pool_groups, groups)
         inside = np.flatnonzero(found)
-        log_p = own_log_softmax(own, texts, pool_images, temperature, inside, position[inside])
+        log_p = own_log_softmax(own, texts, pool_images, temperature, inside, position[inside],
+                                pool_norm)
         out[block] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
     return out
 
@@ -95,17 +97,20 @@ to 3.4e38, so 20,000 terms (the largest pool) of ``exp(75)`` each (7e36 in all) 
 
 
 def own_log_softmax(own: torch.Tensor, texts: torch.Tensor, pool: torch.Tensor,
-                    temperature: float, rows: np.ndarray, cols: np.ndarray) -> torch.Tensor:
+                    temperature: float, rows: np.ndarray, cols: np.ndarray,
+                    pool_norm: float | None = None) -> torch.Tensor:
     """``(b,)``: the log-softmax of each row's own similarity ``own`` (``(b,)``) among itself and
     the similarities of ``texts`` (``(b, d)``) to ``pool`` (``(m, d)``), the entries
     ``(rows, cols)`` (the own image's copies in the pool) left out; logits are similarities
     over ``temperature``. When every logit is within :data:`EXP_SAFE` (unit vectors at the
     default temperature, 0.02: at most 50), the sum of exponentials is taken in one pass over
     the products instead of log-sum-exp's four (0.45x the time of a 512 x 1,024 block's product
-    and log-sum-exp, measured on two threads)."""
+    and log-sum-exp, measured on two threads). ``pool_norm``: the pool's largest norm, when the
+    caller computed it once for many blocks (:func:`largest_norm`)."""
     own = own / temperature
-    bound = float(texts.norm(dim=1).max()) * float(pool.norm(dim=1).max()) / temperature \
-        if len(texts) and len(pool) else 0.0
+    if pool_norm is None:
+        pool_norm = largest_norm(pool)
+    bound = largest_norm(texts) * pool_norm / temperature if len(texts) and len(pool) else 0.0
     others = linear(texts, pool)
     where = (torch.from_numpy(rows), torch.from_numpy(cols))
     if bound <= EXP_SAFE:
@@ -114,6 +119,11 @@ def own_log_softmax(own: torch.Tensor, texts: torch.Tensor, pool: torch.Tensor,
         return own - torch.logaddexp(own, others.sum(1).log_())
     others[where] = float("-inf")
     return own - torch.logaddexp(own, torch.logsumexp(others.div_(temperature), 1))
+
+
+def largest_norm(vectors: torch.Tensor) -> float:
+    """The largest row norm of ``(n, d)`` vectors, 0 for none."""
+    return float(vectors.norm(dim=1).max()) if len(vectors) else 0.0
 
 
 def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates: np.ndarray,
