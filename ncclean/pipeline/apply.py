@@ -43,7 +43,15 @@ from ncclean.stages.index import over_budget, rescored
 from ncclean.stages.partition import as_written
 from ncclean.train.scoring import Embeddings
 
-_BLOCK = 512  # rows per block: a block against a 20,000-entry pool is 40 MB per matrix
+_BLOCK_BYTES = 40 << 20  # one block's products against the pool, float32
+
+
+def _block_rows(pool: int) -> int:
+    """Rows per block against a pool of ``pool`` entries: products of about 40 MB (512 rows
+    against the largest pool, 20,000; 4,096 against 2,551, where 512 rows took 3.3x as long:
+    benchmarks/results/speed.md). A row's result does not depend on its block."""
+    return int(min(8192, max(512, _BLOCK_BYTES // (4 * max(pool, 1)))))
+
 TEMPERATURE, SHARE = 0.02, 0.25  # SignificanceConfig's specificity defaults, as in one pass
 
 
@@ -215,8 +223,9 @@ def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.nda
     sorted_key = pool_key[by_key]
     k = len(pool_key) + 1
     values = np.empty(len(local))
-    for start in range(0, len(local), _BLOCK):
-        block = local[start:start + _BLOCK]
+    step = _block_rows(len(pool_key))
+    for start in range(0, len(local), step):
+        block = local[start:start + step]
         groups = features.image_group[block]
         texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
         own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
@@ -264,8 +273,9 @@ def _donors(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray, donor
             donor[new[local[keep]]] = fit.arrays["donors.entry"][best[keep]]
             donor_score[new[local[keep]]] = score[keep]
             return
-    for start in range(0, len(local), _BLOCK):
-        block = local[start:start + _BLOCK]
+    step = _block_rows(len(keys))
+    for start in range(0, len(local), step):
+        block = local[start:start + step]
         queries = torch.from_numpy(embeddings.images[features.image_group[block]]).float()
         sims = queries @ keys.T
         same = torch.from_numpy(own_text[start:start + len(block)][:, None] == donor_text[None, :])
