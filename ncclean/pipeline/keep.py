@@ -122,6 +122,8 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         "noisy_up_to": float(np.asarray(clean_prob)[noisy].max()) if noisy.any() else None,
         "significance": significance_mode, "pseudo_captions": pseudo_captions,
         "noise_rate": result.noise_rate,
+        "noise_interval": None if result.noise_interval is None
+        else [float(v) for v in result.noise_interval],
         "columns_out": {name: str(np.asarray(v).dtype) for name, v in result.columns.items()},
         "sample": {"n_pairs": int(n), "content_hash":
                    hashlib.sha256(arrays["sample.key"].tobytes()).hexdigest()},
@@ -215,5 +217,6 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     fit.meta["one_pass_noise_rate"] = fit.meta["noise_rate"]
     fit.meta["noise_rate"] = fit.meta.get("mixture", {}).get(  # the held-out mixture's
         "noise_rate", float(np.mean(clean_prob < 0.5)))
+    fit.meta["noise_interval"] = None
     fit.meta["sample_scale"] = ("held-out: the one pass's clean_prob of the sample mapped "
                                 "quantile to quantile onto the held-out pairs' posteriors")
