@@ -107,6 +107,15 @@ def inject_noise(
                                overwrite=overwrite, progress=progress)
 
 
+def describe_noise(estimate: dict) -> str:
+    """A noise estimate, ``{"rate": share, "ci95": [low, high] or None}`` (a split summary's
+    ``noise``; a score summary's ``noise_rate`` and ``noise_interval``), in words:
+    ``37.2% (95% CI 27.7% - 45.9%)``."""
+    from ncclean.report.noise import describe
+
+    return describe(estimate)
+
+
 def inspect(input: PathLike, columns: Columns = Columns(), *, strict: bool = False,
             decode: bool = True, image_size: int = 64,
             max_image_pixels: int | None = None,
