@@ -13,6 +13,7 @@ so, and, where that application asks for it, puts the sample on the same scale
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -196,7 +197,8 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     n = sub.n_pairs
     caption_key = text_keys([corpus.captions[features.rows[k]] for k in order])
     counts = caption_counts(fit, caption_key)
-    resolved = Cut.from_record(fit.meta["cut"]).with_recall(clean_prob)  # on the new scale
+    resolved = replace(Cut.from_record(fit.meta["cut"]), queue_clean_above=None).with_recall(
+        clean_prob)  # on the new scale (a held-out mixture's estimate has no interval)
     fit.meta["cut"] = as_record(resolved)
     parts = _cut(fit, clean_prob, counts)
     significance = np.full(n, np.nan)
