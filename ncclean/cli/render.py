@@ -180,7 +180,7 @@ def render_split(summary, report: bool) -> None:
         for name, count in summary.partition_counts.items():
             table.add_row(name, f"{count:,}", pct(count, n), summary.files[name])
         out.print(table)
-        out.print(f"  estimated noise rate {_noise(summary.noise)} ({summary.noise['source']})")
+        out.print(f"  estimated noise rate {_noise(summary.noise)}, {summary.noise['source']}")
         if summary.most_noisy:
             from rich.markup import escape
 
