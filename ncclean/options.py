@@ -215,8 +215,8 @@ class Cut:
         lowest pairs (pairs with equal scores on one side), ``queue_clean_above`` the clean
         threshold that makes it, and the recall bands do not widen it. The interval's lower end,
         not the estimate: the estimate errs high by the clean pairs that score like shuffled
-        ones, by about the interval's half-width on small corpora and by less than it on large
-        ones (``benchmarks/results/review-queue.md``). Where they do not outnumber it (noise
+        ones, on small corpora by as much as the interval is wide, on large ones by about a
+        point (``benchmarks/results/review-queue.md``). Where they do not outnumber it (noise
         hidden among near misses, a clean corpus) nothing changes and the bands widen the
         queue as before. Without an interval, or without ``queue_by_estimate``, nothing
         changes."""
