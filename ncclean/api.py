@@ -19,14 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ncclean.data.schema import Columns
-from ncclean.options import (
-    DEFAULT_CUT,
-    Cut,
-    MatcherOptions,
-    RunOptions,
-    ScaleOptions,
-    StageOptions,
-)
+from ncclean.options import DEFAULT_CUT, Cut, MatcherOptions, RunOptions, ScaleOptions, StageOptions
 from ncclean.progress import Progress
 
 if TYPE_CHECKING:
@@ -118,6 +111,13 @@ def inject_noise(
                    index=index, columns=named_columns(column_keywords, "inject_noise", columns),
                    move_with_image=move_with_image, overwrite=overwrite,
                    progress=chosen_progress(progress))
+
+
+def describe_noise(estimate: dict) -> str:
+    """A noise estimate, ``{"rate": share, "ci95": [low, high] or None}``, in words."""
+    from ncclean.report.noise import describe
+
+    return describe(estimate)
 
 
 def inspect(input: PathLike | Table, columns: Columns = Columns(), *, strict: bool = False,

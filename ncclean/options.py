@@ -87,6 +87,9 @@ class Cut:
     :meth:`thresholds` gives the thresholds in force. ``rare_clean_above``: a lower clean
     threshold for pairs whose caption occurs at most ``rare_count`` times among the valid pairs;
     ``rare_count`` also says which clean captions the specificity stage leaves significant.
+    ``queue_by_estimate``: where the thresholds flag more pairs than the method's estimate of
+    the noise says there are, the review queue (``noisy`` with ``vague``) is cut back to the
+    lower end of that estimate's interval (:meth:`with_queue` fills in ``queue_clean_above``).
     ``Cut()`` is the single 0.5 cut; ``score`` uses :data:`DEFAULT_CUT`. A ``noise_rate``
     replaces the thresholds: with one, thresholds other than these two defaults are an error
     (they would be ignored), and the record leaves them out.
@@ -102,6 +105,8 @@ class Cut:
     review_recall: float | None = None
     recall_noisy_below: float | None = None  # filled in by with_recall
     recall_clean_above: float | None = None
+    queue_by_estimate: bool = False
+    queue_clean_above: float | None = None  # filled in by with_queue
 
     def __post_init__(self) -> None:
         self._check_recall()
@@ -151,6 +156,10 @@ class Cut:
                 object.__setattr__(self, reached, None)  # no band, no threshold of one
             elif getattr(self, reached) is not None and not 0.0 <= getattr(self, reached) <= 1.0:
                 raise ValueError(f"{reached} must lie in [0, 1], got {getattr(self, reached)}")
+        if other is not None:  # the estimate sizes the review queue, not another cut
+            object.__setattr__(self, "queue_by_estimate", False)
+        if not self.queue_by_estimate:
+            object.__setattr__(self, "queue_clean_above", None)
         if None not in (self.noisy_recall, self.review_recall) \
                 and self.noisy_recall > self.review_recall:
             raise BadOptionError(
@@ -195,15 +204,52 @@ class Cut:
         return replace(self, recall_noisy_below=reach(self.noisy_recall),
                        recall_clean_above=reach(self.review_recall))
 
+    def with_queue(self, clean_prob: np.ndarray, estimate: float | None,
+                   interval: tuple[float, float] | None) -> Cut:
+        """This cut with ``queue_clean_above`` filled in from the run's ``clean_prob``
+        (``(n,)``, every scored pair) and the method's noise ``estimate`` with its 95%
+        ``interval``; every other field kept.
+
+        Where the pairs under ``clean_above`` outnumber ``estimate * n``, the thresholds flag
+        more than the corpus holds: the review queue becomes the ``round(interval[0] * n)``
+        lowest pairs (pairs with equal scores on one side), ``queue_clean_above`` the clean
+        threshold that makes it, and the recall bands do not widen it. The interval's lower end,
+        not the estimate: the estimate errs high by the clean pairs that score like shuffled
+        ones, on small corpora by as much as the interval is wide, on large ones by about a
+        point (``benchmarks/results/review-queue.md``). Where they do not outnumber it (noise
+        hidden among near misses, a clean corpus) nothing changes and the bands widen the
+        queue as before. Without an interval, or without ``queue_by_estimate``, nothing
+        changes."""
+        if not self.queue_by_estimate or estimate is None or interval is None:
+            return replace(self, queue_clean_above=None)
+        import numpy as np
+
+        from ncclean.data.results import as_written
+
+        values = np.asarray(clean_prob, dtype=np.float64)
+        values = np.sort(as_written(np.clip(values[np.isfinite(values)], 0.0, 1.0)))
+        flagged = int(np.searchsorted(values, np.float32(self.clean_above), side="left"))
+        if len(values) == 0 or flagged <= estimate * len(values):
+            return replace(self, queue_clean_above=None)
+        queued = min(int(round(interval[0] * len(values))), flagged)
+        return replace(self, queue_clean_above=float(values[queued]) if queued < len(values)
+                       else self.clean_above)
+
     def thresholds(self) -> tuple[float, float]:
         """``(clean_above, noisy_below)`` in force: the given thresholds, raised to the recall
-        bands' where :meth:`with_recall` filled those in (clean never below noisy)."""
+        bands' where :meth:`with_recall` filled those in (clean never below noisy); where
+        :meth:`with_queue` cut the queue back, clean from ``queue_clean_above`` and noisy
+        below the lower of it and the noisy threshold."""
         noisy_below = max(self.noisy_below, self.recall_noisy_below or 0.0)
+        if self.queue_clean_above is not None:
+            return self.queue_clean_above, min(noisy_below, self.queue_clean_above)
         clean_above = max(self.clean_above, self.recall_clean_above or 0.0, noisy_below)
         return clean_above, noisy_below
 
     def describe_bands(self) -> str:
-        """What the recall bands of this resolved cut did, in words."""
+        """What the recall bands (or the noise estimate) of this resolved cut did, in words."""
+        if self.queue_clean_above is not None:
+            return "queue cut back to the lower end of the noise estimate's interval"
         held = f"{self.noisy_recall or '-'} / {self.review_recall or '-'}"
         if self.thresholds() == (self.clean_above, self.noisy_below):
             return f"recall bands {held}: no wider"
@@ -223,7 +269,7 @@ class Cut:
 _UNSET = ((0.5, 0.5), (0.8, 0.5))  # Cut()'s and DEFAULT_CUT's thresholds: not asked for
 _DEFAULT_RECALL = (0.5, 0.9)  # DEFAULT_CUT's recall bands
 DEFAULT_CUT = Cut(clean_above=0.8, noisy_below=0.5, noisy_recall=_DEFAULT_RECALL[0],
-                  review_recall=_DEFAULT_RECALL[1])
+                  review_recall=_DEFAULT_RECALL[1], queue_by_estimate=True)
 
 #: What a scored file is for (``score --preset``): the cut ``score`` uses, and what ``retrain``
 #: trains on unless ``--keep`` says otherwise. ``review``: calibrated thresholds widened by the

@@ -145,7 +145,8 @@ def render_score(out, summary) -> None:
         if count or name != INVALID:
             out.print(f"  {name:<20} {count:>9,}  {pct(count, summary.n_pairs):>6}")
     if summary.noise_rate is not None:
-        out.print(f"  estimated noise rate {summary.noise_rate:.1%}")
+        out.print(f"  estimated noise rate "
+                  f"{_noise({'rate': summary.noise_rate, 'ci95': summary.noise_interval})}")
     if summary.detection is not None:
         d = summary.detection
         out.print(f"  against noisy_gt ({d['n_noisy']:,} noisy): AUROC {d['auroc']:.3f}, "
@@ -179,14 +180,7 @@ def render_split(summary, report: bool) -> None:
         for name, count in summary.partition_counts.items():
             table.add_row(name, f"{count:,}", pct(count, n), summary.files[name])
         out.print(table)
-        noise = summary.noise
-        lo, hi = noise["noisy_share_ci95"]
-        elo, ehi = noise["expected_noise_ci95"]
-        out.print(f"  noisy share of valid pairs {noise['noisy_share']:.1%} (95% CI {lo:.1%} - "
-                  f"{hi:.1%}); expected noise mean(1 - clean_prob) {noise['expected_noise']:.1%}"
-                  f" (95% CI {elo:.1%} - {ehi:.1%})")
-        if noise["method_estimate"] is not None:
-            out.print(f"  the method's own estimate: {noise['method_estimate']:.1%}")
+        out.print(f"  estimated noise rate {_noise(summary.noise)}, {summary.noise['source']}")
         if summary.most_noisy:
             from rich.markup import escape
 
@@ -200,6 +194,12 @@ def render_split(summary, report: bool) -> None:
     if summary.html is not None:
         out.print(f"  report: {summary.html} ({summary.html_bytes / 1e6:.1f} MB)")
     out.print(f"  summary: {summary.out_dir / 'summary.json'}")
+
+
+def _noise(estimate: dict) -> str:
+    from ncclean.api import describe_noise
+
+    return describe_noise(estimate)
 
 
 def _describe_cut(cut) -> str:

@@ -24,7 +24,7 @@ def _params(values: list[str] | None) -> dict[str, str]:
 
 # Options a saved fit fixes: with --fit, one named on the command line must equal the fit's
 FIXED_BY_FIT = ("seed", "clean_above", "noisy_below", "noise_rate", "rare_clean_above",
-                "rare_count", "noisy_recall", "review_recall", "preset")
+                "rare_count", "noisy_recall", "review_recall", "queue_by_estimate", "preset")
 
 
 def score(
@@ -83,6 +83,11 @@ def score(
         min=0.0, max=1.0, help="Widen vague so that noisy and vague hold at least this share of "
         "the noise the scores expect (0: off) [default: 0.9].", rich_help_panel="Partition",
         show_default=False)] = None,
+    queue_by_estimate: Annotated[bool, typer.Option(
+        "--queue-by-estimate/--queue-by-thresholds", help="Where the thresholds flag more pairs "
+        "than the method estimates are noisy, cut noisy and vague back to the lower end of the "
+        "estimate's 95% interval (methods that give one: clip) [default: by estimate].",
+        rich_help_panel="Partition", show_default=False)] = True,
     preset: Annotated[Literal["review", "gate", "train"] | None, typer.Option(
         help="What the output is for; sets the cut (not with the options above) and what "
         "'retrain' trains on: review = the thresholds and recall bands [default]; gate = the "
@@ -231,7 +236,8 @@ def score(
                   noise_rate=rate,
                   rare_clean_above=rare_clean_above, rare_count=rare_count,
                   noisy_recall=recall(noisy_recall, DEFAULT_CUT.noisy_recall),
-                  review_recall=recall(review_recall, DEFAULT_CUT.review_recall))
+                  review_recall=recall(review_recall, DEFAULT_CUT.review_recall),
+                  queue_by_estimate=queue_by_estimate)
     stages = StageOptions(significance=significance, significance_passes=significance_passes,
                           pseudo_captions=pseudo_captions)
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),

@@ -233,7 +233,9 @@ class MethodResult:
 
     ``clean_prob``: ``(n_pairs,)`` in [0, 1]; ``columns``: the method's own ``(n_pairs,)``
     arrays, each named ``<method>_<signal>``; ``matcher``: the trained matcher (or ensemble) the
-    later stages score with; ``noise_rate``: the method's estimate of the share of noisy pairs;
+    later stages score with; ``noise_rate``: the method's estimate of the share of noisy pairs,
+    ``noise_interval`` its 95% interval where the method gives one (``clip`` against shuffled
+    pairs; the default cut sizes the review queue by it, :meth:`ncclean.options.Cut.with_queue`);
     ``report``: JSON-ready facts for the sidecar (mixture parameters, per-epoch history).
     Optional: ``embeddings`` (:class:`ncclean.train.scoring.Embeddings`) when the method already
     has the matcher's embeddings or has no matcher; ``donor_space``
@@ -249,6 +251,7 @@ class MethodResult:
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     matcher: Any = None
     noise_rate: float | None = None
+    noise_interval: tuple[float, float] | None = None
     report: dict[str, Any] = field(default_factory=dict)
     embeddings: Any = None
     donor_space: Any = None

@@ -288,9 +288,11 @@ class Clip(Method):
             noise_rate = fit.noise_rate if null is None else null.noise_rate
             report["posterior"] = "two-component mixture"
             report["mixture"] = fit.as_dict()
+        interval = None if null is None or self.keep_fraction is not None \
+            else null.interval(seed=context.seed)
         return MethodResult(clean_prob=clean_prob, columns=columns,
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
-                            report=report, alignment=alignment)
+                            noise_interval=interval, report=report, alignment=alignment)
 
     def _unaligned(self, features: Features, source: str, reason: str) -> MethodResult:
         """The result where the vectors need a CCA that the pairs cannot give (``reason``, the

@@ -13,6 +13,7 @@ so, and, where that application asks for it, puts the sample on the same scale
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -122,6 +123,8 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         "noisy_up_to": float(np.asarray(clean_prob)[noisy].max()) if noisy.any() else None,
         "significance": significance_mode, "pseudo_captions": pseudo_captions,
         "noise_rate": result.noise_rate,
+        "noise_interval": None if result.noise_interval is None
+        else [float(v) for v in result.noise_interval],
         "columns_out": {name: str(np.asarray(v).dtype) for name, v in result.columns.items()},
         "sample": {"n_pairs": int(n), "content_hash":
                    hashlib.sha256(arrays["sample.key"].tobytes()).hexdigest()},
@@ -194,7 +197,8 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     n = sub.n_pairs
     caption_key = text_keys([corpus.captions[features.rows[k]] for k in order])
     counts = caption_counts(fit, caption_key)
-    resolved = Cut.from_record(fit.meta["cut"]).with_recall(clean_prob)  # on the new scale
+    resolved = replace(Cut.from_record(fit.meta["cut"]), queue_clean_above=None).with_recall(
+        clean_prob)  # on the new scale (a held-out mixture's estimate has no interval)
     fit.meta["cut"] = as_record(resolved)
     parts = _cut(fit, clean_prob, counts)
     significance = np.full(n, np.nan)
@@ -215,5 +219,6 @@ def rescale_sample(fit: Fit, state: dict, held_out: np.ndarray) -> None:
     fit.meta["one_pass_noise_rate"] = fit.meta["noise_rate"]
     fit.meta["noise_rate"] = fit.meta.get("mixture", {}).get(  # the held-out mixture's
         "noise_rate", float(np.mean(clean_prob < 0.5)))
+    fit.meta["noise_interval"] = None
     fit.meta["sample_scale"] = ("held-out: the one pass's clean_prob of the sample mapped "
                                 "quantile to quantile onto the held-out pairs' posteriors")

@@ -83,11 +83,12 @@ def check_fit_options(meta: dict, fit_path: PathLike, method: str, params: dict 
         refuse("--seed", run.seed, meta["seed"])
     fitted_cut = meta["cut"]
     for name in ("clean_above", "noisy_below", "noise_rate", "rare_clean_above", "rare_count",
-                 "noisy_recall", "review_recall", "preset"):
+                 "noisy_recall", "review_recall", "queue_by_estimate", "preset"):
         value = getattr(cut, name)
-        if (value != getattr(DEFAULT_CUT, name) or name in given) and \
-                value != fitted_cut.get(name):
-            refuse(f"--{name.replace('_', '-')}", value, fitted_cut.get(name))
+        # a fit from before the queue was sized by the estimate cut by its thresholds
+        fitted = fitted_cut.get(name, False if name == "queue_by_estimate" else None)
+        if (value != getattr(DEFAULT_CUT, name) or name in given) and value != fitted:
+            refuse(f"--{name.replace('_', '-')}", value, fitted)
     if stages != StageOptions():
         if stages.pseudo_captions != meta.get("pseudo_captions", stages.pseudo_captions):
             refuse("--pseudo-captions", stages.pseudo_captions, meta.get("pseudo_captions"))

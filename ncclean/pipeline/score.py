@@ -30,6 +30,7 @@ class ScoreSummary(Summary):
     partition_counts: dict[str, int]
     noise_rate: float | None
     seconds: dict[str, float]
+    noise_interval: tuple[float, float] | None = None
     detection: dict[str, float] | None = None
     n_pseudo_captions: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -250,7 +251,8 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
                          f"{features.n_pairs} pairs")
     resolved = cut.with_estimate(result.noise_rate, method)
     if result.partition is None:  # a method that draws its own partitions uses no band
-        resolved = resolved.with_recall(clean_prob)
+        resolved = resolved.with_recall(clean_prob).with_queue(
+            clean_prob, result.noise_rate, result.noise_interval)
 
     staged = time.perf_counter()
     counts = caption_counts(features.text_group)
@@ -292,6 +294,11 @@ def _why_invalid(corpus) -> str:
     return f"{count:,} rows: {example.split('; ')[0]}; see ncclean inspect"
 
 
+def _interval(interval) -> list[float] | None:
+    """A noise estimate's interval as the record holds it: ``[low, high]`` or ``None``."""
+    return None if interval is None else [float(interval[0]), float(interval[1])]
+
+
 def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages, seconds: dict,
                  began: float, sidecar: dict, save_matcher: PathLike | None,
                  write: str = "all") -> ScoreSummary:
@@ -325,6 +332,7 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         stages.donor_score, result.columns)
     written = write_results(corpus, out, results, sidecar | {
         "estimated_noise_rate": result.noise_rate,
+        "estimated_noise_ci95": _interval(result.noise_interval),
         "detection_vs_noisy_gt": detection,
         "stages": stages.report,
         "report": result.report,
@@ -339,5 +347,5 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         input=Path(sidecar["input"]), output=written, method=sidecar["method"],
         device=sidecar["device"], n_pairs=corpus.n_pairs, n_invalid=corpus.n_invalid,
         partition_counts=partition_counts(results.partition), noise_rate=result.noise_rate,
-        seconds=seconds, detection=detection,
+        noise_interval=_interval(result.noise_interval), seconds=seconds, detection=detection,
         n_pseudo_captions=0 if donor_row is None else int((donor_row >= 0).sum()))

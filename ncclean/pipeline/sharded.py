@@ -355,7 +355,8 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
         "engine": scale.engine, "write": run.write,
         "options": request.options(),
         **request.provenance(inputs, input),
-        "estimated_noise_rate": fit.meta["noise_rate"], "cut": fit.meta["cut"],
+        "estimated_noise_rate": fit.meta["noise_rate"],
+        "estimated_noise_ci95": fit.meta.get("noise_interval"), "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts,
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
         "seconds": seconds,
@@ -364,4 +365,5 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
     return ScoreSummary(
         input=Path(input), output=out, method=fit.meta["method"], device=device, n_pairs=n_rows,
         n_invalid=counts["invalid"], partition_counts=counts, noise_rate=fit.meta["noise_rate"],
-        seconds=seconds, n_pseudo_captions=sum(r["n_pseudo_captions"] for r in reports))
+        noise_interval=fit.meta.get("noise_interval"), seconds=seconds,
+        n_pseudo_captions=sum(r["n_pseudo_captions"] for r in reports))

@@ -26,6 +26,7 @@ from PIL import Image
 from ncclean.data.images import RowProblem, load_image_bytes
 from ncclean.data.results import PARTITIONS
 from ncclean.data.scored import Scored, fetch_rows
+from ncclean.report.noise import describe as describe_noise
 from ncclean.report.noise import noise_estimate
 from ncclean.report.svg import Chart
 
@@ -130,14 +131,8 @@ def _run_table(side: dict, counts: dict[str, int], n: int, estimate) -> str:
             ("cut by noise rate", cut.get("noise_rate")),
             ("clean at or above, captions seen at most "
              f"{cut.get('rare_count')} times", cut.get("rare_clean_above"))]
-    lo, hi = estimate.noisy_share_ci
-    elo, ehi = estimate.expected_ci
-    rows += [("noisy share of valid pairs", f"{estimate.noisy_share:.1%} (95% CI {lo:.1%} - "
-              f"{hi:.1%})"),
-             ("expected noise, mean(1 - clean_prob)", f"{estimate.expected:.1%} (95% CI "
-              f"{elo:.1%} - {ehi:.1%})")]
-    if estimate.method_estimate is not None:
-        rows.append(("the method's own estimate", f"{estimate.method_estimate:.1%}"))
+    rows.append((f"estimated noise rate ({estimate.source})",
+                 describe_noise(estimate.as_dict())))
     run = "".join(f"<tr><td>{escape(str(k))}</td><td>{escape(str(v))}</td></tr>"
                   for k, v in rows if v is not None)
     part = "".join(

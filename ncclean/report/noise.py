@@ -1,5 +1,5 @@
-"""How noisy a scored corpus is, from its scores: the noisy share and the expected share of
-mismatched pairs, each with a bootstrap interval."""
+"""How noisy a scored corpus is: one estimate of the share of mismatched pairs, with its
+interval."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ncclean.data.results import NOISY, PARTITIONS
 from ncclean.data.scored import Scored
 
 _BOOTSTRAP_ROWS = 100_000
@@ -32,31 +31,42 @@ def bootstrap_interval(values: np.ndarray, *, n_boot: int = 1000, seed: int = 0,
 
 @dataclass(frozen=True)
 class NoiseEstimate:
-    """How noisy the corpus is, from the scores: the share of valid pairs in ``noisy`` and the
-    expected share of mismatched pairs, ``mean(1 - clean_prob)``, each with a bootstrap 95%
-    interval; and the method's own estimate (its mixture's noisy weight) when it gave one."""
+    """How noisy the corpus is: one estimate of the share of mismatched valid pairs, its 95%
+    interval (``None`` where the method gives none) and where it comes from. The run record's
+    estimate (``estimated_noise_rate`` with ``estimated_noise_ci95``, the figures ``score``
+    printed) where the method gave one; otherwise the expected share, ``mean(1 - clean_prob)``,
+    with a bootstrap interval."""
 
-    noisy_share: float
-    noisy_share_ci: tuple[float, float]
-    expected: float
-    expected_ci: tuple[float, float]
-    method_estimate: float | None
+    rate: float
+    ci95: tuple[float, float] | None
+    source: str
 
     def as_dict(self) -> dict:
-        return {"noisy_share": self.noisy_share, "noisy_share_ci95": list(self.noisy_share_ci),
-                "expected_noise": self.expected, "expected_noise_ci95": list(self.expected_ci),
-                "method_estimate": self.method_estimate}
+        return {"rate": self.rate, "ci95": None if self.ci95 is None else list(self.ci95),
+                "source": self.source}
 
 
 def noise_estimate(scored: Scored, seed: int = 0) -> NoiseEstimate:
-    """The :class:`NoiseEstimate` of ``scored``'s valid rows; ``seed`` draws the bootstraps."""
-    valid = scored.valid
-    noisy = (scored.partition[valid] == PARTITIONS.index(NOISY)).astype(np.float64)
-    expected = 1.0 - scored.clean_prob[valid].astype(np.float64)
-    method = scored.sidecar.get("estimated_noise_rate")
-    return NoiseEstimate(
-        noisy_share=float(noisy.mean()) if len(noisy) else float("nan"),
-        noisy_share_ci=bootstrap_interval(noisy, seed=seed),
-        expected=float(expected.mean()) if len(expected) else float("nan"),
-        expected_ci=bootstrap_interval(expected, seed=seed + 1),
-        method_estimate=float(method) if method is not None else None)
+    """The :class:`NoiseEstimate` of ``scored``; ``seed`` draws the bootstrap where one is
+    needed."""
+    side = scored.sidecar
+    if side.get("estimated_noise_rate") is not None:
+        interval = side.get("estimated_noise_ci95")
+        return NoiseEstimate(rate=float(side["estimated_noise_rate"]),
+                             ci95=None if interval is None else (float(interval[0]),
+                                                                 float(interval[1])),
+                             source=f"{side.get('method', 'the method')}'s estimate")
+    expected = 1.0 - scored.clean_prob[scored.valid].astype(np.float64)
+    return NoiseEstimate(rate=float(expected.mean()) if len(expected) else float("nan"),
+                         ci95=bootstrap_interval(expected, seed=seed),
+                         source="mean(1 - clean_prob)")
+
+
+def describe(estimate: dict) -> str:
+    """An estimate's :meth:`NoiseEstimate.as_dict` (or a run record's rate and interval) in
+    words: ``37.2% (95% CI 27.7% - 45.9%)``."""
+    text = f"{estimate['rate']:.1%}"
+    if estimate.get("ci95") is not None:
+        lo, hi = estimate["ci95"]
+        text += f" (95% CI {lo:.1%} - {hi:.1%})"
+    return text

@@ -86,3 +86,17 @@ def test_clean_prob_says_how_likely_a_pair_is_clean(rng, rate):
 def test_a_space_that_cannot_fit_a_fold_gives_no_estimate(rng):
     pairs = np.arange(600)
     assert null_noise_rate(lambda fit: None, pairs, pairs, folds=5) is None
+
+
+def test_the_estimate_has_a_seeded_interval_that_narrows_with_the_corpus(rng):
+    widths = []
+    for n in (400, 4000):
+        images, texts = shared_space(rng, n, int(0.3 * n))
+        pairs = np.arange(n)
+        estimate = null_noise_rate(fixed(images, texts), pairs, pairs, folds=1)
+        lo, hi = estimate.interval(seed=3)
+        assert lo <= estimate.noise_rate <= hi
+        assert lo - 0.02 < 0.3 < hi + 0.02  # the injected rate, within the estimator's error
+        assert estimate.interval(seed=3) == (lo, hi)
+        widths.append(hi - lo)
+    assert widths[1] < 0.5 * widths[0]

@@ -222,8 +222,11 @@ def test_applied_pairs_of_a_discounted_caption_lose_what_the_sample_lost(tmp_pat
     assert prob[applied & collection].mean() < 0.8 < prob[applied & ~collection].mean()
 
 
-def test_applied_pairs_are_cut_where_the_sample_set_the_recall_bands(tmp_path):
-    from ncclean.options import Cut
+@pytest.mark.parametrize("by_estimate", [False, True])
+def test_applied_pairs_are_cut_where_the_sample_set_the_recall_bands(by_estimate, tmp_path):
+    from dataclasses import replace
+
+    from ncclean.options import DEFAULT_CUT, Cut
 
     # captions only loosely like their images: little noise expected, spread over many pairs
     rng = np.random.default_rng(8)
@@ -235,10 +238,17 @@ def test_applied_pairs_are_cut_where_the_sample_set_the_recall_bands(tmp_path):
                       "img": pa.array(list(image), pa.list_(pa.float32())),
                       "txt": pa.array(list(text), pa.list_(pa.float32()))})
     write_shards(table, tmp_path / "in", 3)
-    run(tmp_path / "in", tmp_path / "out", fit_sample=200, save_fit=tmp_path / "fit")
+    # the thresholds flag more than this sample's noise estimate: by default the queue is cut
+    # back to the estimate, by the thresholds the bands widen it; applied pairs follow either
+    score(tmp_path / "in", tmp_path / "out", "clip", PARAMS["clip"], columns=COLUMNS, seed=1,
+          cache_dir=False, cut=replace(DEFAULT_CUT, queue_by_estimate=by_estimate),
+          scale=ScaleOptions(fit_sample=200, save_fit=tmp_path / "fit"))
     cut = Cut.from_record(load_fit(tmp_path / "fit").meta["cut"])
     clean_above, noisy_below = cut.thresholds()
-    assert clean_above > 0.8 and noisy_below > 0.5  # both bands reach past the thresholds
+    if by_estimate:
+        assert cut.queue_clean_above is not None and clean_above < 0.8
+    else:
+        assert clean_above > 0.8 and noisy_below > 0.5  # both bands reach past the thresholds
     out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
     prob = np.asarray(out.column("clean_prob").to_pylist(), dtype=np.float64)
     parts = np.asarray(out.column("partition").to_pylist(), dtype=object)

@@ -1,7 +1,11 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from ncclean.errors import BadOptionError
+from ncclean.options import DEFAULT_CUT, preset_cut
+from ncclean.records import as_record
 from ncclean.stages.partition import Cut, caption_counts, partition, recall_threshold
 
 
@@ -130,3 +134,47 @@ def test_pairs_are_cut_at_the_precision_the_file_holds():
     assert (np.isin(parts, ["vague", "noisy"]) == (written < clean_above)).all()
     assert ((parts == "noisy") == (written < noisy_below)).all()
     assert recall_threshold(np.array([2.0, -1.0, 0.5]), 0.9) <= 1.0  # out-of-range scores
+
+
+def _weakly_separated(rng, n=300, noisy=84):
+    """Calibrated-looking scores of a small corpus: noise low, clean spread over the middle, so
+    the 0.8 threshold flags far more pairs than are noisy."""
+    prob = np.r_[rng.uniform(0.0, 0.6, noisy), rng.uniform(0.45, 1.0, n - noisy)]
+    return prob, np.r_[np.ones(noisy, bool), np.zeros(n - noisy, bool)]
+
+
+def test_the_queue_is_cut_back_to_the_low_end_of_the_estimate_where_the_thresholds_flag_more(rng):
+    prob, truth = _weakly_separated(rng)
+    default = Cut(0.8, 0.5, noisy_recall=0.5, review_recall=0.9, queue_by_estimate=True)
+    before = partition(prob, replace(default, queue_by_estimate=False))
+    assert (before != "clean_significant").sum() > 1.6 * truth.sum()  # the long queue
+    cut = default.with_recall(prob).with_queue(prob, estimate=0.37, interval=(0.28, 0.46))
+    out = partition(prob, cut)
+    queued = out != "clean_significant"
+    assert queued.sum() == round(0.28 * len(prob))  # the interval's low end, not the estimate
+    assert np.all(prob[queued].max() < prob[~queued].min())  # the lowest pairs
+    assert (queued & truth).sum() / truth.sum() > 0.8  # most of the noise still queued
+    assert (~queued & ~truth).sum() / (~truth).sum() > 0.9  # and most clean pairs kept
+    assert cut.thresholds() == (cut.queue_clean_above, cut.queue_clean_above)  # all noisy here
+    assert "queue cut back" in cut.describe_bands()
+    # a cut from a record (a saved fit applied to a shard) cuts the same
+    assert partition(prob, Cut.from_record(as_record(cut))).tolist() == out.tolist()
+
+
+def test_the_queue_is_left_to_the_bands_where_the_thresholds_flag_less_than_the_estimate():
+    # noise hidden among near misses (clip art as it is): the bands widen, the estimate does not
+    # narrow
+    prob = np.array([0.55, 0.7, 0.75, 0.85, 0.9, 0.95, 0.99, 0.99, 1.0, 1.0])
+    cut = Cut(0.8, 0.5, noisy_recall=0.5, review_recall=0.9, queue_by_estimate=True)
+    resolved = cut.with_recall(prob).with_queue(prob, estimate=0.35, interval=(0.2, 0.5))
+    assert resolved.queue_clean_above is None
+    assert resolved.thresholds() == cut.with_recall(prob).thresholds()
+
+
+def test_the_queue_needs_an_interval_and_belongs_to_the_review_cut(rng):
+    prob, _ = _weakly_separated(rng)
+    cut = Cut(0.8, 0.5, queue_by_estimate=True)
+    assert cut.with_queue(prob, 0.37, None).queue_clean_above is None  # no interval: as before
+    assert Cut(0.8, 0.5).with_queue(prob, 0.37, (0.28, 0.46)).queue_clean_above is None
+    assert not replace(DEFAULT_CUT, noise_rate=0.3).queue_by_estimate
+    assert not preset_cut("train").queue_by_estimate and DEFAULT_CUT.queue_by_estimate
