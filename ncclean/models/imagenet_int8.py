@@ -30,13 +30,13 @@ _ONE = [1, 1]
 _RELU6_SCALE = 6.0 / 255
 # The residual stream's range, block by block (the projections' outputs, the residual added), per
 # weight file: the range minimising the uint8 rounding's squared error on 128 clip-art images
-# (``calibrate``; benchmarks/image_tower.py --calibrate prints them).
+# (``calibrate``; ``benchmarks/image_tower.py CLIPART --calibrate`` prints them).
 RANGES: dict[str, tuple[tuple[float, float], ...]] = {
     "efficientnet-lite0-57934424.pth": (
-        (-31.53, 29.34), (-47.18, 45.51), (-55.77, 46.84), (-35.91, 41.29), (-38.11, 42.45),
-        (-28.33, 35.03), (-28.88, 34.82), (-32.55, 36.35), (-30.50, 28.55), (-32.87, 28.82),
-        (-36.61, 32.02), (-27.10, 28.89), (-26.31, 27.79), (-26.19, 32.94), (-30.52, 35.11),
-        (-14.74, 14.25)),
+        (-28.12, 32.22), (-47.22, 42.97), (-55.63, 49.03), (-35.91, 41.93), (-36.40, 43.22),
+        (-30.50, 31.92), (-28.42, 33.29), (-29.89, 33.91), (-31.12, 26.17), (-32.70, 30.17),
+        (-39.31, 33.34), (-28.23, 27.60), (-26.41, 29.00), (-28.28, 33.60), (-31.74, 34.21),
+        (-13.40, 15.02)),
 }
 
 
