@@ -14,10 +14,11 @@ the 1,280-d globally pooled features before the classifier, cached by the images
 arithmetic that computed them.
 
 The arithmetic (:data:`PRECISIONS`) is the environment's ``NCCLEAN_IMAGE_PRECISION``, else on the
-CPU :data:`DEFAULT_CPU_PRECISION` where the processor runs it natively, else fp32; on other
-devices always fp32 (timm's network). ``fp32`` equals timm's features to float rounding; ``bf16``
-and ``int8`` are faster and round more (:mod:`ncclean.models.imagenet_int8`; both measured on
-clip art in ``benchmarks/results/image-tower.md``).
+CPU :data:`DEFAULT_CPU_PRECISION`; on other devices always fp32 (timm's network). ``fp32`` equals
+timm's features to float rounding; ``bf16`` and ``int8`` (:mod:`ncclean.models.imagenet_int8`)
+are two and three times as fast on a CPU with native bfloat16 and VNNI and round more: on clip
+art they move a few percent of pairs across partition boundaries, which is why fp32 stays the
+default (``benchmarks/results/image-tower.md``, "Arithmetic").
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ PREPROCESS_VERSION = "1"
 #: The network's arithmetic on the CPU: fp32, bfloat16 weights and activations (oneDNN sums in
 #: fp32), or int8 weights and uint8 activations (int32 sums).
 PRECISIONS = ("fp32", "bf16", "int8")
-DEFAULT_CPU_PRECISION = "int8"
+DEFAULT_CPU_PRECISION = "fp32"
 
 
 @dataclass(frozen=True)
@@ -94,17 +95,12 @@ def precision(variant: str = DEFAULT_VARIANT, device: str = "cpu") -> str:
                            f"{', '.join(PRECISIONS)}")
     if torch.device(device).type != "cpu" or asked == "fp32":
         return "fp32"
-    runs = _runs(variant)
-    if asked:
-        if not runs[asked]:
-            raise NcCleanError(f"NCCLEAN_IMAGE_PRECISION={asked}: this machine's torch or "
-                               f"processor, or EfficientNet-{variant.title()}, has no {asked} "
-                               "path; use fp32")
-        return asked
-    native = {"bf16": torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported(),
-              "int8": True}
-    return next((p for p in (DEFAULT_CPU_PRECISION, "bf16")
-                 if runs[p] and native[p]), "fp32")
+    if not asked:
+        return DEFAULT_CPU_PRECISION if _runs(variant)[DEFAULT_CPU_PRECISION] else "fp32"
+    if not _runs(variant)[asked]:
+        raise NcCleanError(f"NCCLEAN_IMAGE_PRECISION={asked}: this machine's torch or processor, "
+                           f"or EfficientNet-{variant.title()}, has no {asked} path; use fp32")
+    return asked
 
 
 def _runs(variant: str) -> dict[str, bool]:
