@@ -9,14 +9,22 @@ have packages of their own), so they load offline; their parameter names are map
 on the shared decoding pool (as every ncclean image), scaled to about [-1, 1] as the TensorFlow
 release does, and run in small batches (one per torch thread), channels-last, in inference mode;
 on the CPU through the fused form of the network (:mod:`ncclean.models.imagenet_fused`: batch
-norms folded, activations and residual additions inside oneDNN's convolutions), whose features
-equal timm's to float rounding. The vectors are the 1,280-d globally pooled features before the
-classifier, cached by the images' content.
+norms folded, activations and residual additions inside oneDNN's convolutions). The vectors are
+the 1,280-d globally pooled features before the classifier, cached by the images' content and the
+arithmetic that computed them.
+
+The arithmetic (:data:`PRECISIONS`) is the environment's ``NCCLEAN_IMAGE_PRECISION``, else on the
+CPU :data:`DEFAULT_CPU_PRECISION`; on other devices always fp32 (timm's network). ``fp32`` equals
+timm's features to float rounding; ``bf16`` and ``int8`` (:mod:`ncclean.models.imagenet_int8`)
+are two and three times as fast on a CPU with native bfloat16 and VNNI and round more: on clip
+art they move a few percent of pairs across partition boundaries, which is why fp32 stays the
+default (``benchmarks/results/image-tower.md``, "Arithmetic").
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +41,10 @@ _CHUNK = 4
 _GPU_CHUNK = 256
 # Bump when preprocessing changes: cached vectors of older versions are then ignored.
 PREPROCESS_VERSION = "1"
+#: The network's arithmetic on the CPU: fp32, bfloat16 weights and activations (oneDNN sums in
+#: fp32), or int8 weights and uint8 activations (int32 sums).
+PRECISIONS = ("fp32", "bf16", "int8")
+DEFAULT_CPU_PRECISION = "fp32"
 
 
 @dataclass(frozen=True)
@@ -58,9 +70,11 @@ class Variant:
             raise NcCleanError(f"{self.package} holds no weight file")
         return files[0]
 
-    def identity(self) -> str:
-        """What the vectors depend on, for cache keys."""
-        return f"timm:{self.arch}:{self.weights().name}:{self.size}:v{PREPROCESS_VERSION}"
+    def identity(self, precision: str = "fp32") -> str:
+        """What the vectors depend on, for cache keys: fp32's key names no precision (it is the
+        key vectors had before there was a choice), the others end in theirs."""
+        key = f"timm:{self.arch}:{self.weights().name}:{self.size}:v{PREPROCESS_VERSION}"
+        return key if precision == "fp32" else f"{key}:{precision}"
 
 
 VARIANTS = {
@@ -69,6 +83,40 @@ VARIANTS = {
     for k, size in ((0, 224), (1, 240), (2, 260))
 }
 DEFAULT_VARIANT = "lite0"
+
+
+def precision(variant: str = DEFAULT_VARIANT, device: str = "cpu") -> str:
+    """The arithmetic the encoder of ``variant`` uses on ``device`` (see the module's docstring);
+    :class:`NcCleanError` for an unknown ``NCCLEAN_IMAGE_PRECISION`` or one this machine or
+    variant cannot run."""
+    import torch
+
+    asked = os.environ.get("NCCLEAN_IMAGE_PRECISION", "").strip().lower()
+    if asked and asked not in PRECISIONS:
+        raise NcCleanError(f"NCCLEAN_IMAGE_PRECISION={asked!r}: choose one of "
+                           f"{', '.join(PRECISIONS)}")
+    if torch.device(device).type != "cpu" or asked == "fp32":
+        return "fp32"
+    if not asked:
+        return DEFAULT_CPU_PRECISION if _runs(variant)[DEFAULT_CPU_PRECISION] else "fp32"
+    if not _runs(variant)[asked]:
+        raise NcCleanError(f"NCCLEAN_IMAGE_PRECISION={asked}: this machine's torch or processor, "
+                           f"or EfficientNet-{variant.title()}, has no {asked} path; use fp32")
+    return asked
+
+
+def _runs(variant: str) -> dict[str, bool]:
+    """Which precisions the CPU path of ``variant`` can run here."""
+    import torch
+
+    from ncclean.models import imagenet_int8
+
+    onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
+                                                              "_convolution_pointwise")
+    return {"fp32": True, "bf16": onednn and torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+            "int8": onednn and imagenet_int8.available()
+            and VARIANTS[variant].weights().name in imagenet_int8.RANGES}
+
 
 # The weight files' names inside a block -> timm's, with and without the expansion convolution.
 _EXPANDING = {"_expand_conv": "conv_pw", "_bn0": "bn1", "_depthwise_conv": "conv_dw",
@@ -136,13 +184,32 @@ class ImagenetEncoder:
         self.variant = VARIANTS[variant]
         self.dim = IMAGENET_DIM
         self.device = device
-        self.identity = self.variant.identity()
+        self.precision = precision(variant, device)
+        self.identity = self.variant.identity(self.precision)
         self.network = load_network(variant).to(device)
-        self.forward = self.network
+        network = self.network
         if torch.device(device).type == "cpu":
             from ncclean.models.imagenet_fused import fuse
 
-            self.forward = fuse(self.network, self.variant.size, _CHUNK) or self.network
+            network = fuse(self.network, self.variant.size, _CHUNK) or self.network
+            if self.precision != "fp32" and not getattr(network, "onednn", False):
+                raise NcCleanError(f"the imagenet image encoder cannot run {self.precision} here "
+                                   "(oneDNN's fused form is unavailable): set "
+                                   "NCCLEAN_IMAGE_PRECISION=fp32")
+        if self.precision == "int8":
+            from ncclean.models.imagenet_int8 import RANGES, QuantizedEfficientNet
+
+            self.forward = QuantizedEfficientNet(network, RANGES[self.variant.weights().name],
+                                                 _CHUNK)
+        else:
+            if self.precision == "bf16":
+                network.to_bf16()
+
+            def forward(pixels):  # uint8 -> [-1, 1) floats, as the TensorFlow release scales
+                return network(pixels.to(self.device, non_blocking=True).float().sub_(127.0)
+                               .div_(128.0))
+
+            self.forward = forward
         self._torch = torch
 
     def prepare(self, data: bytes, max_pixels: int) -> np.ndarray:
@@ -168,9 +235,8 @@ class ImagenetEncoder:
                 if not on_cpu:  # a copy from pinned memory runs at the bus's rate
                     pixels = pixels.pin_memory()
                 # NHWC memory read as NCHW: channels-last strides, no copy.
-                x = pixels.to(self.device, non_blocking=not on_cpu).permute(0, 3, 1, 2)
-                x = x.float().sub_(127.0).div_(128.0)
-                out[start:start + len(x)] = self.forward(x).float().cpu().numpy()
+                features = self.forward(pixels.permute(0, 3, 1, 2))
+                out[start:start + len(features)] = features.float().cpu().numpy()
 
         starts = range(0, len(prepared), chunk)
         threads = torch.get_num_threads()
@@ -189,14 +255,16 @@ class ImagenetEncoder:
         return out
 
 
-_encoders: dict[tuple[str, str], ImagenetEncoder] = {}
+_encoders: dict[tuple[str, str, str], ImagenetEncoder] = {}
 
 
 def imagenet_encoder(variant: str = DEFAULT_VARIANT, device: str = "cpu") -> ImagenetEncoder:
-    """The encoder of ``variant``, loaded once per process."""
-    if (variant, device) not in _encoders:
-        _encoders[variant, device] = ImagenetEncoder(variant, device)
-    return _encoders[variant, device]
+    """The encoder of ``variant`` at the precision :func:`precision` picks, loaded once per
+    process and precision."""
+    key = (variant, device, precision(variant, device))
+    if key not in _encoders:
+        _encoders[key] = ImagenetEncoder(variant, device)
+    return _encoders[key]
 
 
 def imagenet_image_vectors(corpus, *, variant: str = DEFAULT_VARIANT, max_pixels: int,
@@ -207,7 +275,8 @@ def imagenet_image_vectors(corpus, *, variant: str = DEFAULT_VARIANT, max_pixels
     from ncclean.models.vectors import frozen_image_vectors
 
     chosen = VARIANTS[variant]
+    identity = chosen.identity(precision(variant, device))
     return frozen_image_vectors(corpus, lambda: imagenet_encoder(variant, device),
-                                kind="imagenet", identity=chosen.identity(), dim=IMAGENET_DIM,
+                                kind="imagenet", identity=identity, dim=IMAGENET_DIM,
                                 label=f"encoding images (EfficientNet-{chosen.name.title()})",
                                 max_pixels=max_pixels, cache_dir=cache_dir, progress=progress)

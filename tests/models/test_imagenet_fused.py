@@ -74,13 +74,14 @@ def test_an_unknown_block_is_left_to_timm(network, monkeypatch):
     assert fuse(network, 224) is None
 
 
-def test_the_encoder_is_deterministic_and_batch_independent():
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_the_encoder_is_deterministic_and_batch_independent(precision, monkeypatch):
     """Same images, same bytes; an image's vector does not depend on its batch neighbours."""
     from ncclean.models.imagenet import imagenet_encoder
-    from ncclean.models.imagenet_fused import FusedEfficientNet
 
+    monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", precision)
     encoder = imagenet_encoder()
-    assert isinstance(encoder.forward, FusedEfficientNet)
+    assert encoder.precision == precision
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(6)]
     vectors = encoder.images(images)
@@ -89,11 +90,14 @@ def test_the_encoder_is_deterministic_and_batch_independent():
     np.testing.assert_allclose(one_by_one, vectors, rtol=0, atol=1e-5)
 
 
-def test_a_batch_per_thread_gives_the_same_vectors_and_restores_the_thread_count():
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_batch_per_thread_gives_the_same_vectors_and_restores_the_thread_count(precision,
+                                                                                 monkeypatch):
     import torch
 
     from ncclean.models.imagenet import imagenet_encoder
 
+    monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", precision)
     encoder = imagenet_encoder()
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(9)]
