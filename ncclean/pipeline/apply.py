@@ -48,8 +48,9 @@ _BLOCK_BYTES = 40 << 20  # one block's products against the pool, float32
 
 def _block_rows(pool: int) -> int:
     """Rows per block against a pool of ``pool`` entries: products of about 40 MB (512 rows
-    against the largest pool, 20,000; 4,096 against 2,551, where 512 rows took 3.3x as long:
-    benchmarks/results/speed.md). A row's result does not depend on its block."""
+    against the largest pool, 20,000; 4,096 against 2,551). Alone the block size does not
+    matter; on a loaded machine 512 rows took 3.3x as long (benchmarks/results/speed.md). A
+    row's result does not depend on its block."""
     return int(min(8192, max(512, _BLOCK_BYTES // (4 * max(pool, 1)))))
 
 TEMPERATURE, SHARE = 0.02, 0.25  # SignificanceConfig's specificity defaults, as in one pass
