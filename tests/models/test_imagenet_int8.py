@@ -54,6 +54,12 @@ def test_features_are_close_to_fp32(precision, monkeypatch):
     assert cosine.mean() >= MEAN_COSINE[precision]
 
 
+def imagenet_runs(arithmetic: str) -> bool:
+    from ncclean.models.imagenet import DEFAULT_VARIANT, _runs
+
+    return _runs(DEFAULT_VARIANT)[arithmetic]
+
+
 def test_the_precision_follows_the_environment_and_keys_the_cache(monkeypatch):
     from ncclean.errors import NcCleanError
     from ncclean.models.imagenet import DEFAULT_VARIANT, VARIANTS, precision
@@ -62,7 +68,9 @@ def test_the_precision_follows_the_environment_and_keys_the_cache(monkeypatch):
     keys = {variant.identity(p) for p in ("fp32", "bf16", "int8")}
     assert len(keys) == 3
     monkeypatch.delenv("NCCLEAN_IMAGE_PRECISION", raising=False)
-    assert precision() == "fp32"  # the default: the faster ones fail the partition guard
+    for native, expected in ((True, "bf16"), (False, "fp32")):  # the default: bf16 where native
+        monkeypatch.setattr("ncclean.models.imagenet.native_bf16", lambda native=native: native)
+        assert precision() == (expected if imagenet_runs("bf16") else "fp32")
     monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", "fp32")
     assert precision() == "fp32"
     monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", "int8")
