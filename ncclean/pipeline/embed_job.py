@@ -28,12 +28,14 @@ class EmbedSpec:
     image_col: str = IMAGE_EMB
     text_col: str = TEXT_EMB
     max_pixels: int = 0
+    arithmetic: str = ""  # the image tower's (models.registry.frozen_arithmetic)
 
     def identity(self) -> str:
         """What an embedded shard's bytes depend on besides the input's (its cache key)."""
         clip = "" if self.clip_spec is None else f" {self.clip_spec!r}"
+        arithmetic = f" {self.arithmetic}" if self.arithmetic else ""
         return (f"{self.encoder}{clip} {'float16' if self.half else 'float32'} "
-                f"{self.image_col}/{self.text_col} v{VERSION}")
+                f"{self.image_col}/{self.text_col}{arithmetic} v{VERSION}")
 
 
 @dataclass(frozen=True)

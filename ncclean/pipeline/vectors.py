@@ -103,7 +103,10 @@ def embed_stage(shards: list[InputShard], columns: Columns, cache: Path | None,
 
     folder = (cache / "shard-vectors") if cache is not None else scratch / "shard-vectors"
     folder.mkdir(parents=True, exist_ok=True)
-    spec = EmbedSpec(DEFAULT_ENCODER, max_pixels=max_pixels)
+    from ncclean.models.registry import frozen_arithmetic
+
+    spec = EmbedSpec(DEFAULT_ENCODER, max_pixels=max_pixels,
+                     arithmetic=frozen_arithmetic(device))
     identity = spec.identity()
     jobs = []
     for shard in shards:
@@ -190,10 +193,14 @@ def embed_input(input, output, *, encoder: str | None, caption_col: str, image_c
     source_path, out_path = Path(input), Path(output)
     if out_path.suffix != ".parquet" and layout == "parquet" and (
             source_path.is_dir() or source_path.suffix == ".tar"):
+        from ncclean.models.registry import frozen_arithmetic
+
+        device = resolve_device(device)
         return embed_folder(input, out_path, Columns(caption=caption_col, image=image_col),
                             EmbedSpec(encoder, spec, half, image_emb_col, text_emb_col,
-                                      max_image_pixels or DEFAULT_MAX_PIXELS),
-                            resolve_device(device), engine, ray_address, progress)
+                                      max_image_pixels or DEFAULT_MAX_PIXELS,
+                                      frozen_arithmetic(device)),
+                            device, engine, ray_address, progress)
     if engine != "local":
         raise BadOptionError("--engine ray embeds a corpus of shards (a folder or tars) into a "
                              "folder; one file is embedded here")

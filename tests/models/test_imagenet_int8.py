@@ -102,3 +102,14 @@ def test_vectors_of_two_precisions_never_share_a_cache_entry(tmp_path, monkeypat
         again = imagenet.imagenet_image_vectors(corpus, max_pixels=DEFAULT_MAX_PIXELS,
                                                 cache_dir=tmp_path / "cache")
         np.testing.assert_array_equal(again, vectors[precision])
+
+
+def test_embedded_shards_are_keyed_by_the_arithmetic(monkeypatch):
+    """The embed stage's cache of whole shards keys on the tower's arithmetic too."""
+    from ncclean.models.registry import frozen_arithmetic
+    from ncclean.pipeline.embed_job import EmbedSpec
+
+    keys = {EmbedSpec("imagenet+e5", arithmetic=a).identity() for a in ("fp32", "bf16", "int8")}
+    assert len(keys) == 3
+    monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", "int8")
+    assert frozen_arithmetic("cuda") == "fp32"
