@@ -44,39 +44,55 @@ def console():
 
 @contextlib.contextmanager
 def progress_bars(enabled: bool = True) -> Iterator[Progress]:
-    """A :data:`Progress` callback drawing one rich bar per stage on stderr, with the time
-    elapsed and left (transient: the bars vanish when the work is done). Off a terminal (a log,
-    a CI job) a line every few seconds instead (:func:`progress_lines`)."""
+    """A :data:`Progress` callback drawing one rich bar on stderr for the whole run: the stage
+    under way, its done of total, the run's time so far and the stage's time left (transient:
+    the bar vanishes when the work is done). Off a terminal (a log, a CI job) a line every few
+    seconds instead (:func:`progress_lines`)."""
     if not enabled:
         yield no_progress
         return
     if not sys.stderr.isatty():
         yield progress_lines()
         return
+    import time
+
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.progress import (
-        Progress as RichProgress,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+    from rich.progress import Progress as RichProgress
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-               TextColumn("{task.fields[note]}"))
+               TextColumn("{task.fields[times]}"), TextColumn("{task.fields[note]}"))
     with RichProgress(*columns, console=Console(stderr=True), transient=True) as bars:
-        tasks: dict[str, int] = {}
+        task = bars.add_task("starting", total=None, times="", note="")
+        clock = OverallClock(time.monotonic)
 
         def update(stage: str, done: int, total: int, note: str = "") -> None:
-            if stage not in tasks:
-                tasks[stage] = bars.add_task(stage, total=total, note=note)
-            bars.update(tasks[stage], completed=done, total=total, note=note)
+            bars.update(task, description=stage, completed=done, total=total or None,
+                        times=clock.times(stage, done, total), note=note)
 
         yield update
+
+
+class OverallClock:
+    """The times the run's one bar shows: elapsed since the first stage began, and the current
+    stage's time left at its rate so far (``?`` until it has one)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.began = clock()
+        self.stage: tuple[str, float, int] | None = None
+
+    def times(self, stage: str, done: int, total: int) -> str:
+        now = self.clock()
+        if self.stage is None or self.stage[0] != stage:
+            self.stage = (stage, now, done)
+        _, start, first = self.stage
+        elapsed = f"{_duration(now - self.began)} elapsed"
+        rate = (done - first) / (now - start) if now > start else 0.0
+        if not total or done >= total:
+            return elapsed
+        left = _duration((total - done) / rate) if rate > 0 else "?"
+        return f"{elapsed}, {left} left"
 
 
 def progress_lines(every: float | None = None, stream=None, clock=None) -> Progress:

@@ -27,3 +27,31 @@ def test_a_short_run_prints_nothing():
     update("apply", 0, 3)
     update("apply", 3, 3)
     assert out.getvalue() == ""
+
+
+def test_the_one_bar_shows_the_run_elapsed_and_the_stage_left():
+    """On a terminal one bar serves the whole run: its time counts from the first stage, its
+    time left is the current stage's at that stage's rate."""
+    from ncclean.cli.render import OverallClock
+
+    now = [0.0]
+    clock = OverallClock(lambda: now[0])
+    assert clock.times("reading", 0, 100) == "0 s elapsed, ? left"
+    now[0] = 10.0
+    assert clock.times("reading", 50, 100) == "10 s elapsed, 10 s left"
+    now[0] = 70.0
+    assert clock.times("scoring", 0, 10) == "1 min 10 s elapsed, ? left"
+    now[0] = 80.0
+    assert clock.times("scoring", 5, 10) == "1 min 20 s elapsed, 10 s left"
+    assert clock.times("scoring", 10, 10) == "1 min 20 s elapsed"
+
+
+def test_the_bar_runs_on_a_terminal(monkeypatch):
+    import sys
+
+    from ncclean.cli.render import progress_bars
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with progress_bars() as update:
+        update("reading", 1, 2)
+        update("scoring", 2, 2, "loss 0.1")
