@@ -100,6 +100,11 @@ class ImageTower(Tower):
         (``corpus.images``), or ``None`` when this tower reads no decoded pixels."""
         return None
 
+    def arithmetic(self, device: str) -> str | None:
+        """The arithmetic this tower's vectors are computed in on ``device``, where it has a
+        choice (for the run's record), else ``None``."""
+        return None
+
     def table(self, corpus, *, cache_dir: Path | None, device: str, max_pixels: int,
               progress: Progress = no_progress) -> np.ndarray:
         """One entry per image group: ``(n_images, S, S, 3) uint8`` or ``(n_images, d)``."""
@@ -221,6 +226,9 @@ class ImagenetImage(ImageTower):
         from ncclean.models.imagenet import imagenet_encoder
 
         return imagenet_encoder(device=device)
+
+    def arithmetic(self, device: str) -> str:
+        return frozen_arithmetic(device)
 
     def table(self, corpus, *, cache_dir, device, max_pixels, progress=no_progress):
         from ncclean.models.imagenet import imagenet_image_vectors

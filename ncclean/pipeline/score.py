@@ -193,6 +193,7 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
     from ncclean.methods.base import Context, make_method
     from ncclean.methods.choose import auto_method
     from ncclean.models.features import build_features, complete_config
+    from ncclean.models.registry import image_tower
     from ncclean.models.resolve import matcher_config
     from ncclean.stages.partition import caption_counts, partition
     from ncclean.stages.run import run_stages, significance_mode
@@ -275,6 +276,7 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
         | {"vocab_size": len(config.vocab) if config.vocab else None,
            "loaded_from": str(matcher.load_matcher) if matcher.load_matcher else None},
         "cut": resolved.record(cut, by_method=result.partition is not None),
+        "image_arithmetic": image_tower(config).arithmetic(device),
         "significance": significance_mode(stages, result), "write": run.write,
         "options": request.options(),
     } | request.provenance([shard.path for shard in corpus.source.shards], corpus.source.path)

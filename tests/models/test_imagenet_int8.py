@@ -113,3 +113,12 @@ def test_embedded_shards_are_keyed_by_the_arithmetic(monkeypatch):
     assert len(keys) == 3
     monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", "int8")
     assert frozen_arithmetic("cuda") == "fp32"
+
+
+def test_the_run_record_names_the_image_arithmetic(monkeypatch):
+    from ncclean.models.matcher import MatcherConfig
+    from ncclean.models.registry import image_tower
+
+    monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", "fp32")
+    assert image_tower(MatcherConfig(image_tower="imagenet")).arithmetic("cpu") == "fp32"
+    assert image_tower(MatcherConfig(image_tower="pixels")).arithmetic("cpu") is None
