@@ -70,8 +70,8 @@ def raw_embeddings(features: Features) -> Embeddings:
 
 
 def _unit(vectors: np.ndarray, block: int = 65536, tolerance: float = 1e-2) -> np.ndarray:
-    norms = np.concatenate([np.linalg.norm(vectors[i:i + block].astype(np.float32), axis=1)
-                            for i in range(0, len(vectors), block)] or [np.zeros(0)])
+    norms = np.concatenate([_norms(vectors[i:i + block]) for i in range(0, len(vectors), block)]
+                           or [np.zeros(0)])
     if np.all((np.abs(norms - 1) <= tolerance) | (norms == 0)):
         return vectors
     dtype = vectors.dtype if vectors.dtype in (np.float16, np.float32) else np.float32
@@ -80,6 +80,16 @@ def _unit(vectors: np.ndarray, block: int = 65536, tolerance: float = 1e-2) -> n
         rows = vectors[i:i + block].astype(np.float32)
         out[i:i + block] = rows / np.maximum(norms[i:i + block, None], 1e-12)
     return out
+
+
+def _norms(rows: np.ndarray) -> np.ndarray:
+    """Row norms in float32, summed by torch from the rows' own dtype (no float32 copy)."""
+    import torch
+
+    if rows.dtype not in (np.float16, np.float32):
+        rows = rows.astype(np.float32)
+    return torch.linalg.vector_norm(torch.from_numpy(np.ascontiguousarray(rows)), dim=1,
+                                    dtype=torch.float32).numpy()
 
 
 def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
