@@ -259,6 +259,11 @@ class MethodResult:
     significance: str | None = None
     alignment: Any = None
 
+    @property
+    def noise_ci95(self) -> list[float] | None:
+        """``noise_interval`` as run records and fits hold it: ``[low, high]`` or ``None``."""
+        return None if self.noise_interval is None else [float(v) for v in self.noise_interval]
+
 
 @dataclass
 class Method(ABC):

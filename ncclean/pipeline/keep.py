@@ -123,8 +123,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         "noisy_up_to": float(np.asarray(clean_prob)[noisy].max()) if noisy.any() else None,
         "significance": significance_mode, "pseudo_captions": pseudo_captions,
         "noise_rate": result.noise_rate,
-        "noise_interval": None if result.noise_interval is None
-        else [float(v) for v in result.noise_interval],
+        "noise_interval": result.noise_ci95,
         "columns_out": {name: str(np.asarray(v).dtype) for name, v in result.columns.items()},
         "sample": {"n_pairs": int(n), "content_hash":
                    hashlib.sha256(arrays["sample.key"].tobytes()).hexdigest()},

@@ -296,11 +296,6 @@ def _why_invalid(corpus) -> str:
     return f"{count:,} rows: {example.split('; ')[0]}; see ncclean inspect"
 
 
-def _interval(interval) -> list[float] | None:
-    """A noise estimate's interval as the record holds it: ``[low, high]`` or ``None``."""
-    return None if interval is None else [float(interval[0]), float(interval[1])]
-
-
 def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages, seconds: dict,
                  began: float, sidecar: dict, save_matcher: PathLike | None,
                  write: str = "all") -> ScoreSummary:
@@ -334,7 +329,7 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         stages.donor_score, result.columns)
     written = write_results(corpus, out, results, sidecar | {
         "estimated_noise_rate": result.noise_rate,
-        "estimated_noise_ci95": _interval(result.noise_interval),
+        "estimated_noise_ci95": result.noise_ci95,
         "detection_vs_noisy_gt": detection,
         "stages": stages.report,
         "report": result.report,
@@ -349,5 +344,5 @@ def write_scored(corpus, features, out: Path, result, clean_prob, parts, stages,
         input=Path(sidecar["input"]), output=written, method=sidecar["method"],
         device=sidecar["device"], n_pairs=corpus.n_pairs, n_invalid=corpus.n_invalid,
         partition_counts=partition_counts(results.partition), noise_rate=result.noise_rate,
-        noise_interval=_interval(result.noise_interval), seconds=seconds, detection=detection,
+        noise_interval=result.noise_ci95, seconds=seconds, detection=detection,
         n_pseudo_captions=0 if donor_row is None else int((donor_row >= 0).sum()))
