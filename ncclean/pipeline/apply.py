@@ -19,7 +19,6 @@ the fit's donors with the fit's minimum score.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,27 +212,17 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
 def _exact_specificity(fit: Fit, features, embeddings: Embeddings, local: np.ndarray,
                        image_key: np.ndarray) -> np.ndarray:
     """Specificity of ``local`` against every image of the fit's pool, ``(len(local),)``: as
-    one pass (:func:`~ncclean.stages.significance.own_log_softmax`), the own image's copies
+    one pass (:func:`~ncclean.stages.significance.pool_specificity`), the own image's copies
     in the pool found by key."""
-    from ncclean.stages.significance import largest_norm, own_log_softmax
+    from ncclean.stages.significance import pool_specificity
 
-    pool = torch.from_numpy(fit.arrays["pool.images"])
-    pool_norm = largest_norm(pool)
     pool_key = fit.arrays["pool.image_key"]
     by_key = np.argsort(pool_key, kind="stable")
     sorted_key = pool_key[by_key]
-    k = len(pool_key) + 1
-    values = np.empty(len(local))
-    step = _block_rows(len(pool_key))
-    for start in range(0, len(local), step):
-        block = local[start:start + step]
-        groups = features.image_group[block]
-        texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
-        own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
-        rows, cols = _same_key(image_key[groups], sorted_key, by_key)
-        log_p = own_log_softmax(own, texts, pool, TEMPERATURE, rows, cols, pool_norm)
-        values[start:start + len(block)] = ((log_p + math.log(k)) / (SHARE * math.log(k))).numpy()
-    return values
+    return pool_specificity(embeddings, features, local,
+                            torch.from_numpy(fit.arrays["pool.images"]),
+                            lambda groups: _same_key(image_key[groups], sorted_key, by_key),
+                            TEMPERATURE, SHARE, _block_rows(len(pool_key)))
 
 
 def _same_key(keys: np.ndarray, sorted_key: np.ndarray,

@@ -74,20 +74,36 @@ def specificity(embeddings: Embeddings, features: Features, candidates: np.ndarr
     image is excluded from the pool's by position (one entry per row), not by a mask."""
     pool_groups = np.unique(features.image_group[pool])
     pool_images = torch.from_numpy(embeddings.images[pool_groups]).float()
-    k = len(pool_groups) + 1  # the pool's images and the pair's own
-    pool_norm = largest_norm(pool_images)
-    out = np.full(features.n_pairs, np.nan)
-    rows = np.flatnonzero(candidates)
-    for start in range(0, len(rows), _BLOCK):
-        block = rows[start:start + _BLOCK]
-        groups = features.image_group[block]
-        texts = torch.from_numpy(embeddings.texts[features.text_group[block]]).float()
-        own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
+
+    def copies(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         position, found = find_sorted(pool_groups, groups)
         inside = np.flatnonzero(found)
-        log_p = own_log_softmax(own, texts, pool_images, temperature, inside, position[inside],
-                                pool_norm)
-        out[block] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
+        return inside, position[inside]
+
+    out = np.full(features.n_pairs, np.nan)
+    rows = np.flatnonzero(candidates)
+    out[rows] = pool_specificity(embeddings, features, rows, pool_images, copies, temperature,
+                                 share)
+    return out
+
+
+def pool_specificity(embeddings: Embeddings, features: Features, rows: np.ndarray,
+                     pool: torch.Tensor, copies, temperature: float, share: float,
+                     block: int = _BLOCK) -> np.ndarray:
+    """``(len(rows),)``: the specificity significance of the pairs ``rows`` against the images
+    ``pool`` (``(m, d)`` float32), ``block`` pairs at a time; ``copies(groups)``, for a block's
+    image groups, gives the ``(rows, cols)`` entries whose own image is in the pool, left out
+    (the stage finds them by group, a fit's application by the vectors' keys)."""
+    k = len(pool) + 1  # the pool's images and the pair's own
+    pool_norm = largest_norm(pool)
+    out = np.empty(len(rows))
+    for start in range(0, len(rows), block):
+        chunk = rows[start:start + block]
+        groups = features.image_group[chunk]
+        texts = torch.from_numpy(embeddings.texts[features.text_group[chunk]]).float()
+        own = (texts * torch.from_numpy(embeddings.images[groups]).float()).sum(1)
+        log_p = own_log_softmax(own, texts, pool, temperature, *copies(groups), pool_norm)
+        out[start:start + len(chunk)] = ((log_p + math.log(k)) / (share * math.log(k))).numpy()
     return out
 
 
