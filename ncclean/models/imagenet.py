@@ -24,6 +24,7 @@ partition on 99.14% of pairs, int8 on 97.03% (``benchmarks/results/image-tower.m
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -108,9 +109,11 @@ def precision(variant: str = DEFAULT_VARIANT, device: str = "cpu") -> str:
     return asked
 
 
+@functools.cache
 def native_bf16() -> bool:
     """Whether this processor multiplies bfloat16 in hardware (Linux's ``avx512_bf16`` or
-    ``amx_bf16`` flag); oneDNN emulates it elsewhere, slower than fp32."""
+    ``amx_bf16`` flag); oneDNN emulates it elsewhere, slower than fp32. Read once per process
+    (every :func:`precision` asks)."""
     try:
         with open("/proc/cpuinfo") as info:
             flags = next((line for line in info if line.startswith("flags")), "").split()
