@@ -151,12 +151,12 @@ def _concat(pieces: list[tuple[Path, pa.Table]]) -> pa.Table:
 
 def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> None:
     """``table`` to ``path`` with its rows in ``order`` (``None``: as they are), a row group
-    at a time (no second copy of the table), vectors plain-encoded (dictionary-encoding them
-    held several times the table in memory), uncompressed: a scratch file read back once."""
+    at a time (no second copy of the table), vectors plain-encoded: dictionary-encoding them
+    held several times the table in memory."""
     from ncclean.data.parquet import BATCH_ROWS, dictionary_columns
 
     encoded = dictionary_columns(table.schema)
-    with pq.ParquetWriter(path, table.schema, compression="none", use_dictionary=encoded,
+    with pq.ParquetWriter(path, table.schema, compression="zstd", use_dictionary=encoded,
                           write_statistics=encoded) as writer:
         for start in range(0, table.num_rows, BATCH_ROWS):
             writer.write_table(table.slice(start, BATCH_ROWS) if order is None else
