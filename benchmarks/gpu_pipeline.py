@@ -73,6 +73,7 @@ def tower(corpus: Path) -> dict:
     import torch
 
     from ncclean.data.corpus import map_images, read_corpus
+    from ncclean.data.pool import decode_workers
     from ncclean.models.imagenet import imagenet_encoder, imagenet_image_vectors
 
     loaded = read_corpus(corpus)
@@ -100,7 +101,7 @@ def tower(corpus: Path) -> dict:
             "decode_images_per_s": round(len(prepared) / decode, 1),
             "network_images_per_s": round(len(prepared) / network, 1),
             "tower_images_per_s": round(n / whole, 1),
-            "decode_workers": __import__("ncclean.data.pool", fromlist=["x"]).decode_workers()}
+            "decode_workers": decode_workers()}
 
 
 def network_rates(network, prepared: list) -> dict:
