@@ -6,8 +6,10 @@ image when noise is injected with ``--move-with-image category``), prints one JS
 file:
 
 - ``suggested``: the share of ``noisy`` pairs with a ``pseudo_caption`` (the bar: 80%);
-- ``own_category``: among those, the share whose donor pair's image has the same top-level
-  category as the noisy pair's image (``computer/icons/...`` -> ``computer``);
+- ``own_category``: among those, the share whose suggested caption was written for an image of
+  the same top-level category as the noisy pair's image (``computer/icons/...`` -> ``computer``;
+  where the file says which image was whose, the caption's own image, not the image its row
+  holds after the noise);
 - ``random_clean``: the same share for a clean caption drawn at random (seeded) for each of
   them, and ``ratio`` = own_category / random_clean (the bar: at least 2);
 - ``distinct`` suggestions and ``most_uses``: how many noisy pairs the most suggested caption
@@ -52,8 +54,15 @@ def pseudo_caption_metrics(path: str, seed: int = 0) -> dict:
     clean = np.flatnonzero(np.isin(part, CLEAN))
     drawn = np.random.default_rng(seed).choice(clean, size=len(suggested)) \
         if len(clean) and len(suggested) else np.zeros(0, dtype=np.int64)
-    own = float(np.mean(category[donors] == category[suggested])) if len(suggested) else None
-    random = float(np.mean(category[drawn] == category[suggested])) if len(suggested) else None
+    caption_category = category  # the category of the image each row's caption was written for
+    if len(truth) == 2:  # a moved caption's own image now sits in another row, with its category
+        image_category = dict(zip(table.column("image_id").to_pylist(), category))
+        caption_category = np.array([image_category.get(i, c) for i, c in zip(
+            table.column("original_image_id").to_pylist(), category)], dtype=object)
+    own = float(np.mean(caption_category[donors] == category[suggested])) \
+        if len(suggested) else None
+    random = float(np.mean(caption_category[drawn] == category[suggested])) \
+        if len(suggested) else None
     texts = table.column("pseudo_caption").to_pylist() if "pseudo_caption" in names else donor_ids
     offered = [texts[k] for k in suggested]
     _, uses = np.unique(np.array(offered, dtype=object), return_counts=True) \

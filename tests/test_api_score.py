@@ -11,6 +11,7 @@ import pytest
 from ncclean import api
 from ncclean.cli import main
 from ncclean.errors import BadOptionError, OutputError
+from ncclean.options import StageOptions
 from tests.helpers import write_parquet
 
 FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
@@ -76,6 +77,24 @@ def test_stages_fill_significance_and_pseudo_captions(noisy, tmp_path):
     sidecar = json.loads((tmp_path / "scored.parquet.json").read_text())
     assert sidecar["stages"]["pseudo_captions"]["suggested"] == len(suggested)
     assert "stages" in summary.seconds
+
+
+def test_corpus_donors_are_every_caption_but_the_generic_ones(noisy, tmp_path):
+    summary = score(noisy, tmp_path / "scored.parquet", stages=StageOptions(donors="corpus"))
+    table = pq.read_table(summary.output).to_pydict()
+    part = np.array(table["partition"], dtype=object)
+    caption_of = dict(zip(table["id"], table["caption"]))
+    donors = [d for d in table["pseudo_caption_id"] if d is not None]
+    assert donors and summary.n_pseudo_captions == len(donors)
+    rows = [table["id"].index(d) for d in donors]
+    assert any(not part[r].startswith("clean") for r in rows)  # noisy rows' captions offered
+    for donor, row in zip(donors, rows):
+        # no copy judged insignificant, and a repeated caption only where a pair of it is clean
+        copies = part[[k for k, c in enumerate(table["caption"]) if c == caption_of[donor]]]
+        assert part[row] != "invalid" and "clean_insignificant" not in copies
+        assert len(copies) == 1 or any(p.startswith("clean") for p in copies)
+    record = json.loads((tmp_path / "scored.parquet.json").read_text())
+    assert record["stages"]["pseudo_captions"]["pool"] == "corpus"
 
 
 def test_specificity_leaves_rare_captions_significant(noisy, tmp_path, monkeypatch):

@@ -108,8 +108,12 @@ def score(
         min=1, help="Shuffled passes averaged by --significance update.",
         rich_help_panel="Partition")] = 3,
     pseudo_captions: Annotated[bool, typer.Option(
-        help="Suggest a clean caption for every noisy pair.", rich_help_panel="Partition")]
+        help="Suggest a caption for every noisy pair.", rich_help_panel="Partition")]
     = True,
+    donors: Annotated[Literal["clean", "corpus"], typer.Option(
+        help="Where suggestions come from: the clean pairs' captions (clean), or every caption "
+        "of the corpus but the generic ones (corpus: fewer collection labels, fewer right "
+        "suggestions on clip art).", rich_help_panel="Partition")] = "clean",
     load_matcher: Annotated[Path | None, typer.Option(
         help="Start from a saved matcher (.safetensors) instead of training from scratch.",
         rich_help_panel="Matcher")] = None,
@@ -239,7 +243,7 @@ def score(
                   review_recall=recall(review_recall, DEFAULT_CUT.review_recall),
                   queue_by_estimate=queue_by_estimate)
     stages = StageOptions(significance=significance, significance_passes=significance_passes,
-                          pseudo_captions=pseudo_captions)
+                          pseudo_captions=pseudo_captions, donors=donors)
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
                      checkpoint_dir=checkpoint_dir, resume=resume, strict=strict,
                      max_image_pixels=max_image_pixels, save_matcher=save_matcher,

@@ -73,17 +73,22 @@ class StageOptions:
     """The stages after the method (:mod:`ncclean.stages.run`). ``significance``: how clean pairs
     split into significant and insignificant, ``specificity``, ``update`` (averaging
     ``significance_passes`` shuffled passes) or ``off``; ``None``: the method's choice, else
-    ``specificity``. ``pseudo_captions``: suggest a clean caption for every noisy pair."""
+    ``specificity``. ``pseudo_captions``: suggest a caption for every noisy pair; ``donors``:
+    from the clean pairs' captions (``clean``) or every caption of the corpus but the generic
+    ones (``corpus``) (:func:`ncclean.stages.pseudocaption.donor_pool`)."""
 
     significance: str | None = None
     significance_passes: int = 3
     pseudo_captions: bool = True
+    donors: str = "clean"
 
     def __post_init__(self) -> None:
         if self.significance is not None and self.significance not in SIGNIFICANCE:
             raise BadOptionError(f"--significance must be one of specificity, update or off, "
                                  f"got {self.significance!r}")
         _at_least("--significance-passes", self.significance_passes, 1)
+        if self.donors not in ("clean", "corpus"):
+            raise BadOptionError(f"--donors must be clean or corpus, got {self.donors!r}")
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,8 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     if pseudo_captions and stages.donor is not None:
         # a caption the sample's suggestions filled (its share, stages.pseudocaption.donor_cap)
         # is a hub of the space: it is not offered to applied pairs
-        refs = np.flatnonzero(candidates & ~full_donors(stages.donor, features.text_group))
+        pool = candidates if stages.pool is None else stages.pool
+        refs = np.flatnonzero(pool & ~full_donors(stages.donor, features.text_group))
         _, first = np.unique(features.text_group[refs], return_index=True)
         refs = refs[np.sort(first)]
         noisy = int((parts == "noisy").sum())  # the corpus's, when the sample is part of it
@@ -122,6 +123,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         "cut": as_record(cut),
         "noisy_up_to": float(np.asarray(clean_prob)[noisy].max()) if noisy.any() else None,
         "significance": significance_mode, "pseudo_captions": pseudo_captions,
+        "donors": stages.report.get("pseudo_captions", {}).get("pool"),
         "noise_rate": result.noise_rate,
         "noise_interval": result.noise_ci95,
         "columns_out": {name: str(np.asarray(v).dtype) for name, v in result.columns.items()},

@@ -92,6 +92,9 @@ def check_fit_options(meta: dict, fit_path: PathLike, method: str, params: dict 
     if stages != StageOptions():
         if stages.pseudo_captions != meta.get("pseudo_captions", stages.pseudo_captions):
             refuse("--pseudo-captions", stages.pseudo_captions, meta.get("pseudo_captions"))
+        if stages.donors != StageOptions().donors and stages.donors != (meta.get("donors")
+                                                                       or "clean"):
+            refuse("--donors", stages.donors, meta.get("donors") or "clean")
         if stages.significance not in (None, meta.get("significance")):
             refuse("--significance", stages.significance, meta.get("significance"))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ncclean.data.results import CLEAN, CLEAN_INSIGNIFICANT, CLEAN_SIGNIFICANT, NOISY
+from ncclean.data.results import CLEAN, CLEAN_INSIGNIFICANT, CLEAN_SIGNIFICANT, INVALID, NOISY
 from ncclean.options import StageOptions
 from ncclean.progress import Progress, no_progress
 
@@ -22,6 +22,7 @@ class StageResults:
     significance: np.ndarray | None = None
     donor: np.ndarray | None = None
     donor_score: np.ndarray | None = None
+    pool: np.ndarray | None = None  # (n,) bool: the pairs whose captions were donors
     report: dict = field(default_factory=dict)
 
 
@@ -40,7 +41,7 @@ def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
     (``(n,)`` partition names, moved from clean_significant to clean_insignificant in place) per
     pair. ``rare`` (``(n,) bool``): pairs whose caption is rare (the cut's ``rare_count``), which
     specificity leaves significant."""
-    from ncclean.stages.pseudocaption import matcher_space, pseudo_captions
+    from ncclean.stages.pseudocaption import donor_pool, matcher_space, pseudo_captions
     from ncclean.stages.significance import SignificanceConfig, significance
     from ncclean.train.scoring import embed as embed_pairs
     from ncclean.train.scoring import kept_dtype
@@ -69,8 +70,11 @@ def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
         stages.report["significance"] = report
     if options.pseudo_captions:
         space = result.donor_space or matcher_space(embeddings, features)
-        donor, donor_score, report = pseudo_captions(
-            space, features, parts == NOISY, np.isin(parts, list(CLEAN)), seed=seed)
-        stages.donor, stages.donor_score = donor, donor_score
+        pool = donor_pool(options.donors, parts, features.text_group, parts != INVALID, CLEAN,
+                          CLEAN_INSIGNIFICANT)
+        donor, donor_score, report = pseudo_captions(space, features, parts == NOISY, pool,
+                                                     seed=seed)
+        report["pool"] = options.donors
+        stages.donor, stages.donor_score, stages.pool = donor, donor_score, pool
         stages.report["pseudo_captions"] = report
     return stages
