@@ -24,7 +24,8 @@ def _params(values: list[str] | None) -> dict[str, str]:
 
 # Options a saved fit fixes: with --fit, one named on the command line must equal the fit's
 FIXED_BY_FIT = ("seed", "clean_above", "noisy_below", "noise_rate", "rare_clean_above",
-                "rare_count", "noisy_recall", "review_recall", "queue_by_estimate", "preset")
+                "rare_count", "noisy_recall", "review_recall", "queue_by_estimate", "preset",
+                "donors")
 
 
 def score(

@@ -89,12 +89,13 @@ def check_fit_options(meta: dict, fit_path: PathLike, method: str, params: dict 
         fitted = fitted_cut.get(name, False if name == "queue_by_estimate" else None)
         if (value != getattr(DEFAULT_CUT, name) or name in given) and value != fitted:
             refuse(f"--{name.replace('_', '-')}", value, fitted)
+    fitted_donors = meta.get("donors") or "clean"  # a fit from before the option: clean
+    if (stages.donors != StageOptions().donors or "donors" in given) \
+            and stages.donors != fitted_donors:
+        refuse("--donors", stages.donors, fitted_donors)
     if stages != StageOptions():
         if stages.pseudo_captions != meta.get("pseudo_captions", stages.pseudo_captions):
             refuse("--pseudo-captions", stages.pseudo_captions, meta.get("pseudo_captions"))
-        if stages.donors != StageOptions().donors and stages.donors != (meta.get("donors")
-                                                                       or "clean"):
-            refuse("--donors", stages.donors, meta.get("donors") or "clean")
         if stages.significance not in (None, meta.get("significance")):
             refuse("--significance", stages.significance, meta.get("significance"))
 

@@ -294,3 +294,22 @@ def test_a_fit_of_the_second_format_without_this_formats_arrays_applies_by_conte
     assert load_fit(tmp_path / "fit").meta["format"] == "ncclean-fit/2"
     summary = run(tmp_path / "in.parquet", tmp_path / "applied.parquet", fit=tmp_path / "fit")
     assert summary.n_pairs == 240
+
+
+def test_a_fit_keeps_its_donor_pool_and_refuses_another(tmp_path):
+    from ncclean.errors import FitError
+    from ncclean.options import StageOptions
+
+    pq.write_table(vector_table(400), tmp_path / "in.parquet")
+    corpus = StageOptions(donors="corpus")
+    score(tmp_path / "in.parquet", tmp_path / "out", "clip", columns=COLUMNS, seed=1,
+          cache_dir=False, stages=corpus,
+          scale=ScaleOptions(fit_sample=200, save_fit=tmp_path / "fit"))
+    meta = json.loads((tmp_path / "fit" / "fit.json").read_text())
+    assert meta["donors"] == "corpus"
+    with pytest.raises(FitError, match="--donors clean"):
+        score(tmp_path / "in.parquet", tmp_path / "again", "clip", columns=COLUMNS, seed=1,
+              cache_dir=False, stages=StageOptions(donors="clean"), given=frozenset({"donors"}),
+              scale=ScaleOptions(fit=tmp_path / "fit"))
+    score(tmp_path / "in.parquet", tmp_path / "applied", "clip", columns=COLUMNS, seed=1,
+          cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))  # left out: the fit's
