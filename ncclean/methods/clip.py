@@ -37,6 +37,7 @@ Where the embeddings come from:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -88,8 +89,10 @@ def _norms(rows: np.ndarray) -> np.ndarray:
 
     if rows.dtype not in (np.float16, np.float32):
         rows = rows.astype(np.float32)
-    return torch.linalg.vector_norm(torch.from_numpy(np.ascontiguousarray(rows)), dim=1,
-                                    dtype=torch.float32).numpy()
+    with warnings.catch_warnings():  # vectors read from the cache are read-only; only read here
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        rows = torch.from_numpy(np.ascontiguousarray(rows))
+    return torch.linalg.vector_norm(rows, dim=1, dtype=torch.float32).numpy()
 
 
 def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:

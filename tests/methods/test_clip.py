@@ -188,3 +188,15 @@ def test_a_small_corpus_is_ranked_by_fits_that_did_not_see_each_pair(tmp_path, r
     # On clip art the cross-fitted rank is the better one below ~5,000 pairs (measured in
     # benchmarks/results/default-pipeline.md); on these Gaussian vectors both find the noise.
     assert auroc["auto"] > 0.9 and auroc["in-sample"] > 0.9, auroc
+
+
+def test_read_only_vectors_are_normed_without_a_warning():
+    import warnings
+
+    from ncclean.methods.clip import _norms
+
+    rows = np.ones((3, 4), dtype=np.float16)
+    rows.flags.writeable = False  # as vectors read back from the cache are
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.allclose(_norms(rows), 2.0)
