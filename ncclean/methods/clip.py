@@ -214,22 +214,23 @@ class Clip(Method):
         "auto", help="with a CCA: rank each pair by the fit on all pairs (in-sample) or by a fit "
         "on the other nine tenths (cross-fitted); auto cross-fits below "
         f"{CROSS_FIT_WIDTHS} times the two vectors' summed width in pairs")
-    conventions: Literal["auto", "discount", "trust"] = param(
+    conventions: Literal["auto", "discount", "repeated", "trust"] = param(
         "auto", help="with a CCA: rank a repeated caption's pairs less what only its own pairs "
-        "taught the fit (discount: a collection's label is not a description) or as fitted "
-        "(trust); auto discounts whenever a CCA is fitted")
+        "taught the fit (discount: a collection's label is not a description; a single "
+        "caption's pair loses its own memorisation too), discount repeated captions only "
+        "(repeated), or rank as fitted (trust); auto discounts whenever a CCA is fitted")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
         matcher = alignment = space = raw = moments = None
         pretrained = context.initial is not None or (config is not None
                                                      and config.starts_pretrained)
-        if self.conventions == "discount" and not (
+        if self.conventions in ("discount", "repeated") and not (
                 not pretrained and raw_source(config) is not None and self._fits_cca(features)):
             # before any work: a matcher warmed up from scratch would train first
-            raise BadOptionError("conventions=discount needs a CCA fitted on the corpus (two "
-                                 "vector columns, align cca or auto): only such a space learns "
-                                 "its captions' conventions")
+            raise BadOptionError(f"conventions={self.conventions} needs a CCA fitted on the "
+                                 "corpus (two vector columns, align cca or auto): only such a "
+                                 "space learns its captions' conventions")
         if pretrained:
             matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
@@ -263,6 +264,8 @@ class Clip(Method):
                                            seed=context.seed, total=moments)
             discount = convention_discount(similarity, held_out, features.text_group)
             caption_discount = _repeated_captions(discount, features)
+            if self.conventions == "repeated":  # a single caption's pair keeps its score
+                discount = caption_discount[features.text_group]
             space = _discounted(space, caption_discount)  # shuffled pairs keep their caption's
             report["conventions"] = _describe_discount(discount, features.text_group)
         null: NullEstimate | None = None
