@@ -1,13 +1,22 @@
 """Leave-one-corpus-out tables of the default's automatic rules, from ``rule_variants.py``'s runs.
 
-For each rule, every corpus in turn is held out: the rule's variant with the best mean score on
-the other corpora is chosen, and its score on the held-out corpus is set beside the best variant
-there and the default's. A corpus's smaller copies (``--sizes`` of ``rule_variants.py``) are held
-out with it, each its own row, so that a size rule is never chosen on a copy of the corpus it is
-scored on. Scores are means over the noise ratios and seeds measured (AUROC of ``clean_prob``
-against ``noisy_gt``; for the cut, the balanced accuracy of the review queue, the mean of the
-share of clean pairs kept clean and the share of the noise queued, which its order does not
-decide).
+A *setting* is one rule for each of ``clip``'s automatic choices with a CCA: which corpora are
+ranked cross-fitted (``rank``), which have their captions discounted (``conventions``) and how
+strongly the CCA is shrunk (``align_ridge``). Each rule reads one signal of the corpus
+(``<runs>.entries.json``): its pairs, its *entries* (the fewer of its distinct captions and
+distinct images) or its *convention share* (the share of pairs whose caption three or more
+pairs carry). A setting's score on a corpus is the run measured with exactly the rank,
+conventions and ridge it picks there (none where that run was not measured).
+
+For each rule, every corpus in turn is held out: of the rule's variants (the others held at the
+proposed setting), the one with the best mean score on the other corpora is chosen, and its score
+on the held-out corpus is set beside the best variant there and the current default's. A corpus's
+smaller copies (``--sizes`` of ``rule_variants.py``) are held out with it, each its own row, so
+that a size rule is never chosen on a copy of the corpus it is scored on; clip art's 300-pair
+sample is clip art's. Scores are means over the noise ratios and seeds measured (AUROC of
+``clean_prob`` against ``noisy_gt``). The cut's recall bands and queue do not change the order:
+their table scores the balanced accuracy of the review queue (the mean of the share of clean
+pairs kept clean and the share of the noise queued) on the current default's scores.
 
     python benchmarks/loco_rules.py benchmarks/results/rule-variants.jsonl > tables.md
 """
@@ -22,13 +31,20 @@ from pathlib import Path
 
 import numpy as np
 
-#: The summed width of the default's two vectors (ImageNet EfficientNet-Lite0 1,280 + e5 384),
-#: the unit of ``rank=auto``'s threshold (``CROSS_FIT_WIDTHS`` in ``ncclean/methods/clip.py``).
+#: The summed width of the default's two vectors (ImageNet EfficientNet-Lite0 1,280 + e5 384).
 WIDTH = 1280 + 384
 DEFAULT_CUT = "0.5/0.9/True"
+CURRENT = {"rank": "pairs<3", "conventions": "always-discount", "ridge": "always-100"}
+PROPOSED = {"rank": "share>=0.05&pairs<3", "conventions": "share>=0.05",
+            "ridge": "share<0.05&entries>=1->30"}
+FAMILY = {"clipart300": "clipart"}
+#: The other rules while one is chosen: the proposed ones, at ridge 100 for rank and
+#: conventions (their cross-fitted and discounted runs were measured at ridge 100 only).
+HELD = {"rank": PROPOSED | {"ridge": "always-100"},
+        "conventions": PROPOSED | {"ridge": "always-100"}, "ridge": PROPOSED}
 
 Row = dict
-Score = Callable[[list[Row], str], float | None]  # an instance's runs, a variant -> its score
+Info = dict  # pairs, captions, images, convention_share
 
 
 def instances(rows: list[Row]) -> dict[tuple[str, int], list[Row]]:
@@ -39,170 +55,212 @@ def instances(rows: list[Row]) -> dict[tuple[str, int], list[Row]]:
     return out
 
 
-def mean_of(runs: list[Row], variant: str, read: Callable[[Row], float]) -> float | None:
+def mean_of(runs: list[Row], variant: str | None, read: Callable[[Row], float]) -> float | None:
     """The mean of ``read`` over ``runs`` of ``variant``, ``None`` when there is none."""
     values = [read(row) for row in runs if row["variant"] == variant]
     return float(np.mean(values)) if values else None
 
 
-def auroc_of(variant: str) -> Score:
-    return lambda runs, _: mean_of(runs, variant, lambda row: row["auroc"])
+def _entries(info: Info) -> int:
+    return min(info["captions"], info["images"])
 
 
-def cross_fits(rule: str, entries: dict) -> bool:
-    """Whether ``rank`` rule ``rule`` cross-fits a corpus of ``entries`` (its pairs, distinct
-    captions and distinct images): ``in-sample``, ``cross-fitted``, ``pairs<k`` (below ``k``
-    times the summed width in pairs: the rule of ``3be1c53``'s default) or ``entries<k`` (below
-    ``k`` times the width in its fewer distinct captions or images)."""
+def pick(setting: dict, info: Info) -> tuple[str, str, float]:
+    """The rank, conventions and ridge ``setting`` picks for a corpus of ``info``."""
+    rule = setting["rank"]
     if rule in ("in-sample", "cross-fitted"):
-        return rule == "cross-fitted"
-    signal, k = rule.split("<")
-    count = entries["pairs"] if signal == "pairs" else min(entries["captions"], entries["images"])
-    return count < float(k) * WIDTH
+        rank = rule
+    elif rule.startswith("share"):  # share>=t&pairs<k: cross-fit a small corpus of conventions
+        share, pairs = rule.removeprefix("share>=").split("&pairs<")
+        rank = "cross-fitted" if info["convention_share"] >= float(share) \
+            and info["pairs"] < float(pairs) * WIDTH else "in-sample"
+    else:
+        signal, k = rule.split("<")
+        count = info["pairs"] if signal == "pairs" else _entries(info)
+        rank = "cross-fitted" if count < float(k) * WIDTH else "in-sample"
+    rule = setting["conventions"]
+    if rule.startswith("always-"):
+        conventions = rule.removeprefix("always-")
+    else:
+        conventions = "discount" if info["convention_share"] >= float(rule.split(">=")[1]) \
+            else "trust"
+    rule = setting["ridge"]
+    if rule.startswith("always-"):
+        ridge = float(rule.removeprefix("always-"))
+    else:  # [share<t][&][entries>=k]->30: the weak ridge where every condition holds
+        conditions, weak = rule.split("->")
+        ridge = float(weak)
+        for condition in conditions.split("&"):
+            if condition.startswith("share<") and \
+                    info["convention_share"] >= float(condition.removeprefix("share<")):
+                ridge = 100.0
+            if condition.startswith("entries>=") and \
+                    _entries(info) < float(condition.removeprefix("entries>=")) * WIDTH:
+                ridge = 100.0
+    return rank, conventions, ridge
 
 
-def ranked(rule: str, conventions: str, runs: list[Row], entries: dict) -> float | None:
-    """The mean AUROC of ``runs`` ranked by ``rule`` with ``conventions``. A cross-fitted pair
-    has nothing of its own to discount, so there ``repeated`` is ``discount``'s run."""
-    if cross_fits(rule, entries):
-        held = "discount" if conventions == "repeated" else conventions
-        return mean_of(runs, f"cross-fitted/{held}", lambda row: row["auroc"])
-    return mean_of(runs, f"in-sample/{conventions}", lambda row: row["auroc"])
+def variants_of(rank: str, conventions: str, ridge: float, info: Info) -> list[str]:
+    """The ``rule_variants.py`` variants measured with this rank, conventions and ridge, any
+    one of which gives its score. A cross-fitted pair has nothing of its own to discount (there
+    ``repeated`` is ``discount``); where no caption repeats, ``repeated`` discounts nothing
+    (there it is ``trust``)."""
+    current = pick(CURRENT, info)
+    if rank == "cross-fitted" and conventions == "repeated":
+        conventions = "discount"
+    same = [conventions]
+    if info["captions"] == info["pairs"] and conventions in ("repeated", "trust"):
+        same = ["trust", "repeated"]
+    out = []
+    for name in same:
+        if ridge == 100.0:
+            out.append(f"{rank}/{name}")
+        if current[:2] == (rank, name):  # measured on top of the current default
+            out.append("default" if ridge == 100.0 else f"ridge={ridge:g}")
+        if ridge != 100.0 and rank == "in-sample" and name in ("repeated", "trust"):
+            out.append(f"{name}/ridge={ridge:g}")
+    return out
 
 
-def rank_variant(rule: str, conventions: str, entries: dict) -> Score:
-    return lambda runs, _: ranked(rule, conventions, runs, entries[(runs[0]["corpus"],
-                                                                     runs[0]["size"])])
+def setting_score(setting: dict, runs: list[Row], info: Info) -> float | None:
+    """The mean AUROC of the run ``setting`` picks on this corpus."""
+    for name in variants_of(*pick(setting, info), info):
+        value = mean_of(runs, name, lambda row: row["auroc"])
+        if value is not None:
+            return value
+    return None
 
 
-def conventions_variant(name: str, rule: str, entries: dict) -> Score:
-    """``conventions`` ``name`` under the rank ``rule`` picks."""
-    return rank_variant(rule, name, entries)
+def loco_table(data: dict, scores: dict[str, Callable], default: str) \
+        -> tuple[str, list[dict]]:
+    """The variant chosen on all corpora and the rows of one rule's table (module docstring).
+    ``scores``: variant name -> ``score(instance)``, ``None`` where not measured."""
+    def chosen(on: list) -> str:  # on the corpora where every variant was measured
+        on = [i for i in on if all(score(i) is not None for score in scores.values())]
+        means = {name: np.mean([score(i) for i in on]) for name, score in scores.items()}
+        if not on:
+            return "-"
+        top = max(means.values())
+        tied = [name for name in means if means[name] >= top - 1e-9]
+        return " = ".join(sorted(tied, key=lambda name: name != default))
 
-
-def cut_variant(name: str) -> Score:
-    """A cut of :data:`rule_variants.CUTS` read from the default's runs: balanced accuracy."""
-    def score(runs: list[Row], _: str) -> float | None:
-        def balanced(row: Row) -> float:
-            cut = row["cuts"][name]
-            return (cut["clean_kept"] + cut["noise_queued"]) / 2
-        return mean_of(runs, "default", balanced)
-    return score
-
-
-def loco_table(data: dict[tuple[str, int], list[Row]], variants: dict[str, Score],
-               default: str) -> tuple[list[str], list[dict]]:
-    """The rows of one rule's table (module docstring) and the variant chosen on all corpora."""
-    def score(instance, name) -> float | None:
-        return variants[name](data[instance], name)
-
-    def chosen(on: list) -> str:
-        means = {name: np.mean([score(i, name) for i in on]) for name in variants
-                 if on and all(score(i, name) is not None for i in on)}
-        return max(means, key=lambda name: (means[name], name == default)) if means else "-"
+    def family(instance) -> str:
+        return FAMILY.get(instance[0], instance[0])
 
     out = []
     for instance in sorted(data, key=lambda i: (i[0], -i[1] if i[1] else -10**9)):
-        others = [i for i in data if i[0] != instance[0]]
-        pick = chosen(others)
-        here = {name: score(instance, name) for name in variants}
+        others = [i for i in data if family(i) != family(instance)]
+        choice = chosen(others)
+        here = {name: score(instance) for name, score in scores.items()}
         here = {name: value for name, value in here.items() if value is not None}
         if not here:
             continue
         best = max(here, key=lambda name: (here[name], name == default))
-        out.append({"corpus": instance[0], "size": instance[1], "pairs":
-                    data[instance][0]["pairs"], "chosen": pick, "chosen_score": here.get(pick),
-                    "best": best, "best_score": here[best], "default_score": here.get(default),
-                    "all": here})
-    return [chosen(list(data))], out
+        first = choice.split(" = ")[0]  # tied variants score alike on the others, not here
+        scored = {here[name] for name in choice.split(" = ") if name in here}
+        out.append({"corpus": instance[0], "size": instance[1], "chosen": choice,
+                    "chosen_score": here.get(first), "chosen_range": sorted(scored),
+                    "best": best, "best_score": here[best],
+                    "default_score": here.get(default), "all": here})
+    return chosen(list(data)), out
 
 
-def render(title: str, rows: list[dict], on_all: str, default: str) -> str:
+def render(title: str, rows: list[dict], on_all: str, default: str, info: dict) -> str:
     """One rule's table in Markdown."""
-    lines = [f"### {title}", "", f"Chosen on all corpora: **{on_all}** (default: {default}).",
-             "", "| held-out corpus | pairs | chosen on the others | its score | best here "
-             "| best's score | default's score | default - best |",
+    lines = [f"### {title}", "", f"Chosen on all corpora: **{on_all}** (current default: "
+             f"{default}).", "", "| held-out corpus | pairs | chosen on the others | its AUROC "
+             "| best here | best's AUROC | current default's AUROC | chosen - best (worst tie) |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        name = row["corpus"] + ("" if not row["size"] else f" ({row['size']:,} subset)")
-        gap = (row["default_score"] - row["best_score"]) if row["default_score"] is not None \
-            else float("nan")
-        lines.append(f"| {name} | {row['pairs']:,} | {row['chosen']} | "
-                     f"{_num(row['chosen_score'])} | {row['best']} | {_num(row['best_score'])} | "
-                     f"{_num(row['default_score'])} | {gap:+.4f} |")
+        scored, best = row["chosen_range"], row["best_score"]  # tied choices: their range
+        gap = "-" if not scored else f"{scored[0] - best:+.4f}"
+        its = "-" if not scored else " - ".join(dict.fromkeys(f"{v:.4f}" for v in scored))
+        lines.append(f"| {_name(row['corpus'], row['size'])} | "
+                     f"{info[(row['corpus'], row['size'])]['pairs']:,} | {row['chosen']} | "
+                     f"{its} | {row['best']} | {_num(row['best_score'])} | "
+                     f"{_num(row['default_score'])} | {gap} |")
     return "\n".join(lines) + "\n"
+
+
+def _name(corpus: str, size: int) -> str:
+    return corpus + ("" if not size else f" ({size:,} subset)")
 
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def rules(data, entries: dict, rank_rule: str, conventions: str) \
-        -> list[tuple[str, dict[str, Score], str]]:
-    """Every rule: its title, its variants as scores and the current default's name among
-    them; ``rank_rule`` and ``conventions`` the proposed default's, held fixed while the other
-    is chosen."""
-    rank = {name: rank_variant(name, conventions, entries) for name in
-            ["in-sample", "cross-fitted", *(f"pairs<{k}" for k in (1, 2, 3, 4, 5)),
-             *(f"entries<{k}" for k in (0.5, 1, 1.5, 2, 3))]}
-    cuts = sorted({name for runs in data.values() for row in runs
-                   if row["variant"] == "default" for name in row["cuts"]})
-    return [
-        (f"rank: which corpora are cross-fitted (conventions={conventions})", rank, "pairs<3"),
-        (f"conventions (rank by {rank_rule})",
-         {name: conventions_variant(name, rank_rule, entries)
-          for name in ("discount", "repeated", "trust")}, "discount"),
-        ("align_dims (on the current default)", {
-            "64": auroc_of("dims=64"), "128": auroc_of("default"), "256": auroc_of("dims=256")},
-         "128"),
-        ("align_ridge (on the current default)", {
-            "30": auroc_of("ridge=30"), "100": auroc_of("default"),
-            "300": auroc_of("ridge=300")}, "100"),
-        ("cut: noisy_recall / review_recall / queue_by_estimate (balanced accuracy of the "
-         "queue, on the current default's scores)",
-         {name: cut_variant(name) for name in cuts}, DEFAULT_CUT),
-    ]
+RULES = {
+    "rank": ["in-sample", "cross-fitted", *(f"pairs<{k}" for k in (1, 2, 3, 4)),
+             *(f"entries<{k}" for k in (0.5, 1)),
+             *(f"share>={t}&pairs<3" for t in (0.01, 0.05, 0.2, 0.5))],
+    "conventions": ["always-discount", "always-repeated", "always-trust",
+                    *(f"share>={t}" for t in (0.01, 0.05, 0.2, 0.5))],
+    "ridge": ["always-30", "always-100", "always-300",
+              *(f"entries>={k}->30" for k in (1, 2, 3)), "share<0.05->30",
+              *(f"share<0.05&entries>={k}->30" for k in (0.5, 1, 2))],
+}
 
 
-def summary(data, entries: dict, rank_rule: str, conventions: str) -> str:
+def cut_score(name: str, runs: list[Row]) -> float | None:
+    """Balanced accuracy of cut ``name`` (``rule_variants.CUTS``) on the current default's runs."""
+    def balanced(row: Row) -> float:
+        cut = row["cuts"][name]
+        return (cut["clean_kept"] + cut["noise_queued"]) / 2
+    return mean_of(runs, "default", balanced)
+
+
+def summary(data: dict, info: dict) -> str:
     """Per corpus: the current default, the proposed one, and the best variant measured."""
-    lines = ["### The default against the best variant measured", "",
-             f"Proposed: rank by {rank_rule}, conventions={conventions}.", "",
-             "| corpus | pairs | distinct captions / images | current default | proposed "
-             "| best variant measured | its AUROC | proposed - best |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["### The default against the best variant measured (AUROC)", "",
+             f"Current: {CURRENT}; proposed: {PROPOSED}.", "",
+             "| corpus | pairs | distinct captions / images | convention share | current "
+             "default | proposed | best variant measured | its AUROC | proposed - best |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for instance in sorted(data, key=lambda i: (i[0], -i[1] if i[1] else -10**9)):
-        runs, counts = data[instance], entries[instance]
+        runs, here = data[instance], info[instance]
         means = {v: mean_of(runs, v, lambda row: row["auroc"])
                  for v in {row["variant"] for row in runs}}
         current = means.get("default")
-        proposed = ranked(rank_rule, conventions, runs, counts)
+        proposed = setting_score(PROPOSED, runs, here)
         best = max(means, key=means.get)
-        name = instance[0] + ("" if not instance[1] else f" ({instance[1]:,} subset)")
-        gap = f"{proposed - means[best]:+.4f}" if proposed is not None else "-"
-        lines.append(f"| {name} | {counts['pairs']:,} | {counts['captions']:,} / "
-                     f"{counts['images']:,} | {_num(current)} | {_num(proposed)} | {best} | "
-                     f"{means[best]:.4f} | {gap} |")
+        gap = "-" if proposed is None else f"{proposed - means[best]:+.4f}"
+        lines.append(f"| {_name(*instance)} | {here['pairs']:,} | {here['captions']:,} / "
+                     f"{here['images']:,} | {here['convention_share']:.2f} | {_num(current)} | "
+                     f"{_num(proposed)} | {best} | {means[best]:.4f} | {gap} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, help="rule_variants.py's JSON lines")
-    parser.add_argument("--rank-rule", default="entries<1")
-    parser.add_argument("--conventions", default="repeated")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="the seeds whose runs count (every variant was run at seed 0)")
     parser.add_argument("--json", type=Path, help="also write the tables' rows here")
     args = parser.parse_args()
-    rows = [json.loads(line) for line in args.runs.read_text().splitlines()]
+    rows = [row for line in args.runs.read_text().splitlines()
+            if (row := json.loads(line))["seed"] in args.seeds]
     described = json.loads(args.runs.with_suffix(".entries.json").read_text())
     data = instances(rows)
-    entries = {instance: described[f"{instance[0]}/{instance[1]}"] for instance in data}
+    info = {instance: described[f"{instance[0]}/{instance[1]}"] for instance in data}
+    print(summary(data, info))
     tables = {}
-    print(summary(data, entries, args.rank_rule, args.conventions))
-    for title, variants, default in rules(data, entries, args.rank_rule, args.conventions):
-        (on_all,), table = loco_table(data, variants, default)
-        tables[title] = {"chosen_on_all": on_all, "rows": table}
-        print(render(title, table, on_all, default))
+    for rule, names in RULES.items():
+        held = HELD[rule]
+        scores = {name: (lambda i, setting=held | {rule: name}: setting_score(
+            setting, data[i], info[i])) for name in names}
+        on_all, table = loco_table(data, scores, CURRENT[rule])
+        tables[rule] = {"chosen_on_all": on_all, "rows": table}
+        others = ", ".join(f"{name} {value}" for name, value in held.items() if name != rule)
+        print(render(f"{rule} ({others})", table, on_all, CURRENT[rule], info))
+    cuts = sorted({name for runs in data.values() for row in runs
+                   if row["variant"] == "default" for name in row["cuts"]})
+    scores = {name: (lambda i, name=name: cut_score(name, data[i])) for name in cuts}
+    on_all, table = loco_table(data, scores, DEFAULT_CUT)
+    tables["cut"] = {"chosen_on_all": on_all, "rows": table}
+    print(render("cut: noisy_recall / review_recall / queue_by_estimate (balanced accuracy of "
+                 "the review queue, not AUROC; on the current default's scores)", table, on_all,
+                 DEFAULT_CUT, info).replace("AUROC", "score"))
     if args.json:
         args.json.write_text(json.dumps(tables, indent=1))
 

@@ -10,7 +10,8 @@ CCA fitted on the corpus. Its rules and the variants measured here, each against
   has nothing of its own to discount); ``rank=auto``'s corpus-size threshold is read from them
   by ``loco_rules.py``;
 - ``align_dims`` 64 and 256 around 128, ``align_ridge`` 30 and 300 around 100, on top of the
-  default;
+  default, and again ranked in-sample with ``conventions=repeated`` (``repeated/...``) or
+  ``trust`` (``trust/...``);
 - the default itself, unchanged (``rank`` and ``conventions`` at ``auto``);
 - the cut's recall bands and the queue sized by the estimate, which move pairs between
   partitions but not their order: read from each run's ``clean_prob`` (:data:`CUTS`).
@@ -40,21 +41,27 @@ import pyarrow.parquet as pq
 
 from ncclean import api
 from ncclean.data.schema import Columns
+from ncclean.methods.cca_rules import CONVENTION_COUNT
 from ncclean.options import Cut, RunOptions, StageOptions
 from ncclean.stages.partition import partition
 
 VECTORS = Columns(image_emb="image_emb", text_emb="text_emb")
 VARIANTS: dict[str, dict] = {
     "default": {},
-    "in-sample/discount": {"rank": "in-sample", "conventions": "discount"},
-    "in-sample/trust": {"rank": "in-sample", "conventions": "trust"},
-    "in-sample/repeated": {"rank": "in-sample", "conventions": "repeated"},
-    "cross-fitted/discount": {"rank": "cross-fitted", "conventions": "discount"},
-    "cross-fitted/trust": {"rank": "cross-fitted", "conventions": "trust"},
+    **{f"{rank}/{conventions}": {"rank": rank, "conventions": conventions, "align_ridge": 100.0}
+       for rank, conventions in (("in-sample", "discount"), ("in-sample", "trust"),
+                                 ("in-sample", "repeated"), ("cross-fitted", "discount"),
+                                 ("cross-fitted", "trust"))},
     "dims=64": {"align_dims": 64},
     "dims=256": {"align_dims": 256},
     "ridge=30": {"align_ridge": 30.0},
     "ridge=300": {"align_ridge": 300.0},
+    **{f"repeated/{name}": {"rank": "in-sample", "conventions": "repeated"} | params
+       for name, params in (("dims=64", {"align_dims": 64}), ("dims=256", {"align_dims": 256}),
+                            ("ridge=30", {"align_ridge": 30.0}),
+                            ("ridge=300", {"align_ridge": 300.0}))},
+    "trust/ridge=30": {"rank": "in-sample", "conventions": "trust", "align_ridge": 30.0},
+    "trust/dims=256": {"rank": "in-sample", "conventions": "trust", "align_dims": 256},
 }
 #: The cut variants read from every run's scores: (noisy_recall, review_recall, queue_by_estimate);
 #: the default cut is (0.5, 0.9, True).
@@ -97,13 +104,16 @@ def subset(corpus: Path, size: int, work: Path, name: str) -> Path:
 
 
 def entries(path: Path) -> dict:
-    """The pairs with a caption, and the distinct captions and image vectors among them: the
-    entries a CCA is fitted on (noise moves images, so the noisy copies have the same)."""
+    """The pairs with a caption, the distinct captions and image vectors among them (the entries
+    a CCA is fitted on) and the share of pairs whose caption at least ``CONVENTION_COUNT`` pairs
+    carry; noise moves images, so the noisy copies have the same."""
     table = pq.read_table(path, columns=["caption", "image_emb"]).to_pydict()
     kept = [k for k, caption in enumerate(table["caption"]) if caption and caption.strip()]
     images = {np.asarray(table["image_emb"][k], np.float32).tobytes() for k in kept}
-    return {"pairs": len(kept), "captions": len({table["caption"][k] for k in kept}),
-            "images": len(images)}
+    _, inverse, counts = np.unique([table["caption"][k] for k in kept], return_inverse=True,
+                                   return_counts=True)
+    return {"pairs": len(kept), "captions": len(counts), "images": len(images),
+            "convention_share": float((counts[inverse] >= CONVENTION_COUNT).mean())}
 
 
 def noisy(clean: Path, ratio: float, seed: int, work: Path) -> Path:
@@ -146,6 +156,8 @@ def main() -> None:
                         help="also score seeded subsets of this many pairs")
     parser.add_argument("--subsets-only", action="store_true",
                         help="score only the --sizes subsets, not the whole corpora")
+    parser.add_argument("--entries-only", action="store_true",
+                        help="only (re)write <out>.entries.json, scoring nothing")
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.3, 0.5])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -169,9 +181,11 @@ def main() -> None:
                                                         if size < rows)]
         for size in sizes:
             clean = subset(Path(corpus), size, args.work, name)
-            if f"{name}/{size}" not in counts:
+            if f"{name}/{size}" not in counts or args.entries_only:
                 counts[f"{name}/{size}"] = entries(clean)
                 described.write_text(json.dumps(counts, indent=1))
+            if args.entries_only:
+                continue
             for ratio in args.ratios:
                 for seed in args.seeds:
                     path = noisy(clean, ratio, seed, args.work)
