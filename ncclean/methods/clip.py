@@ -57,13 +57,20 @@ from ncclean.methods.cca_rules import (
     CONVENTION_COUNT,
     CONVENTION_SHARE,
     CROSS_FIT_WIDTHS,
+    DIMS,
     RIDGE,
-    WEAK_RIDGE,
-    WEAK_RIDGE_WIDTHS,
+    SMALL_FIT_WIDTHS,
+    TRUSTED_FIT_WIDTHS,
+    TRUSTED_RIDGE,
+    WIDE_DIMS,
+    WIDE_DIMS_WIDTHS,
+    WIDE_RIDGE,
+    WIDE_RIDGE_WIDTHS,
     convention_share,
     cross_fits,
     discounts,
 )
+from ncclean.methods.cca_rules import dims as auto_dims
 from ncclean.methods.cca_rules import ridge as auto_ridge
 from ncclean.methods.conventions import (
     convention_discount,
@@ -220,26 +227,30 @@ class Clip(Method):
     align: Literal["auto", "none", "cca"] = param(
         "auto", help="precomputed vectors: raw cosine (none), a ridge CCA first (cca), or cca "
         "when the widths differ (auto)")
-    align_dims: int = param(128, low=1, help="CCA directions kept")
+    align_dims: int | None = param(
+        None, low=1, rule=f"{WIDE_DIMS} for a trusted fit (see conventions) on at least "
+        f"{WIDE_DIMS_WIDTHS} times the two vectors' summed width in distinct captions and "
+        f"distinct images, else {DIMS}", help="CCA directions kept")
     align_ridge: float | None = param(
-        None, low=0, rule=f"{WEAK_RIDGE:g} where conventions=auto would trust and the pairs "
-        f"hold at least {WEAK_RIDGE_WIDTHS} times the two vectors' summed width in distinct "
-        f"captions and in distinct images, else {RIDGE:g}", help="CCA ridge shrinkage")
+        None, low=0, rule=f"{TRUSTED_RIDGE:g} for a trusted fit (see conventions), "
+        f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
+        f"{RIDGE:g}", help="CCA ridge shrinkage")
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
         "from a two-component mixture")
     rank: Literal["auto", "in-sample", "cross-fitted"] = param(
         "auto", help="with a CCA: rank each pair by the fit on all pairs (in-sample) or by a fit "
-        "on the other nine tenths (cross-fitted); auto cross-fits where conventions=auto would "
-        f"discount and the pairs are fewer than {CROSS_FIT_WIDTHS} times the two vectors' "
-        "summed width")
+        "on the other nine tenths (cross-fitted); auto cross-fits where the distinct captions "
+        f"or images are fewer than {SMALL_FIT_WIDTHS:g} times the two vectors' summed width, "
+        f"or a corpus of conventions has fewer than {CROSS_FIT_WIDTHS} times it in pairs")
     conventions: Literal["auto", "discount", "repeated", "trust"] = param(
         "auto", help="with a CCA: rank a repeated caption's pairs less what only its own pairs "
         "taught the fit (discount: a collection's label is not a description; a single "
         "caption's pair loses its own memorisation too), discount repeated captions only "
-        "(repeated), or rank as fitted (trust); auto discounts where at least "
-        f"{CONVENTION_SHARE:.0%} of the pairs carry a caption {CONVENTION_COUNT} or more pairs "
-        "share, and trusts elsewhere")
+        "(repeated), or rank as fitted (trust); auto trusts a fit without conventions (fewer "
+        f"than {CONVENTION_SHARE:.0%} of the pairs carry a caption {CONVENTION_COUNT} or more "
+        f"pairs share) on at least {TRUSTED_FIT_WIDTHS} times the two vectors' summed width in "
+        "distinct captions and distinct images, and discounts elsewhere")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
@@ -264,7 +275,7 @@ class Clip(Method):
                 return self._unaligned(features, source, unalignable(moments))
             if alignment is not None:
                 source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"
-                space = _cca_space(raw, features, self.align_dims, alignment.ridge)
+                space = _cca_space(raw, features, self._dims(features), alignment.ridge)
             else:
                 space = _fixed_space(embeddings)
         elif self.align == "cca":
@@ -281,7 +292,8 @@ class Clip(Method):
         discount = caption_discount = None
         if alignment is not None and self._discounts(features, report):
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
-                                           features.text_group, self.align_dims, alignment.ridge,
+                                           features.text_group, self._dims(features),
+                                           alignment.ridge,
                                            seed=context.seed, total=moments)
             discount = convention_discount(similarity, held_out, features.text_group)
             caption_discount = repeated_caption_discount(discount, features.text_group,
@@ -352,7 +364,7 @@ class Clip(Method):
         :func:`~ncclean.methods.cca_rules.cross_fits`)."""
         if self.rank != "auto":
             return self.rank == "cross-fitted"
-        return cross_fits(features.text_group, _width(features))
+        return cross_fits(features.image_group, features.text_group, _width(features))
 
     def _discounts(self, features: Features, report: dict) -> bool:
         """Whether repeated captions are discounted (``conventions``;
@@ -360,11 +372,18 @@ class Clip(Method):
         ``report``."""
         if self.conventions != "auto":
             return self.conventions != "trust"
-        if discounts(features.text_group):
+        if discounts(features.image_group, features.text_group, _width(features)):
             return True
-        report["conventions"] = {"trusted": "too few pairs share a caption", "convention_share":
-                                 round(convention_share(features.text_group), 4)}
+        report["conventions"] = {"trusted": "no conventions, enough distinct captions and images",
+                                 "convention_share": round(convention_share(features.text_group),
+                                                           4)}
         return False
+
+    def _dims(self, features: Features) -> int:
+        """The CCA's directions (``align_dims``; :func:`~ncclean.methods.cca_rules.dims`)."""
+        if self.align_dims is not None:
+            return self.align_dims
+        return auto_dims(features.image_group, features.text_group, _width(features))
 
     def _ridge(self, features: Features) -> float:
         """The CCA's ridge (``align_ridge``; :func:`~ncclean.methods.cca_rules.ridge`)."""
@@ -396,7 +415,7 @@ class Clip(Method):
                             features.text_group)
         if unalignable(moments) is not None:
             return None, None, moments
-        alignment = alignment_from_sums(moments, self.align_dims, self._ridge(features))
+        alignment = alignment_from_sums(moments, self._dims(features), self._ridge(features))
         dtype = kept_dtype(features)
         return Embeddings(images=alignment.project_images(embeddings.images, dtype),
                           texts=alignment.project_texts(embeddings.texts, dtype)), alignment, \
