@@ -1,15 +1,16 @@
 """Leave-one-corpus-out tables of the default's automatic rules, from ``rule_variants.py``'s runs.
 
 A *setting* is one rule for each of ``clip``'s automatic choices with a CCA: which corpora are
-ranked cross-fitted (``rank``), which have their captions discounted (``conventions``) and how
-strongly the CCA is shrunk (``align_ridge``). Each rule reads one signal of the corpus
-(``<runs>.entries.json``): its pairs, its *entries* (the fewer of its distinct captions and
-distinct images) or its *convention share* (the share of pairs whose caption three or more
-pairs carry). A setting's score on a corpus is the run measured with exactly the rank,
-conventions and ridge it picks there (none where that run was not measured).
+ranked cross-fitted (``rank``), which have their captions discounted (``conventions``), how
+strongly the CCA is shrunk (``align_ridge``) and how many directions it keeps (``align_dims``).
+Each rule reads signals of the corpus (``<runs>.entries.json``): its pairs, its *entries* (the
+fewer of its distinct captions and distinct images, in widths of the vectors) or its *convention
+share* (the share of pairs whose caption three or more pairs carry). A setting's score on a
+corpus is the run measured with exactly what it picks there (none where that was not measured).
 
 For each rule, every corpus in turn is held out: of the rule's variants (the others held at the
-proposed setting), the one with the best mean score on the other corpora is chosen, and its score
+proposed setting), the one with the best mean score on the other corpora is chosen (among the
+variants measured on at least half of them, compared where all of those were), and its score
 on the held-out corpus is set beside the best variant there and the current default's. A corpus's
 smaller copies (``--sizes`` of ``rule_variants.py``) are held out with it, each its own row, so
 that a size rule is never chosen on a copy of the corpus it is scored on; clip art's 300-pair
@@ -34,14 +35,17 @@ import numpy as np
 #: The summed width of the default's two vectors (ImageNet EfficientNet-Lite0 1,280 + e5 384).
 WIDTH = 1280 + 384
 DEFAULT_CUT = "0.5/0.9/True"
-CURRENT = {"rank": "pairs<3", "conventions": "always-discount", "ridge": "always-100"}
-PROPOSED = {"rank": "share>=0.05&pairs<3", "conventions": "share>=0.05",
-            "ridge": "share<0.05&entries>=1->30"}
+CURRENT = {"rank": "pairs<3", "conventions": "always-discount", "ridge": "always-100",
+           "dims": "always-128"}
+PROPOSED = {"rank": "entries<0.25|share>=0.05&pairs<3", "conventions": "share>=0.05|entries<1",
+            "ridge": "share<0.05&entries>=3->10;share<0.05&entries>=1->30",
+            "dims": "share<0.05&entries>=2->256"}
 FAMILY = {"clipart300": "clipart"}
-#: The other rules while one is chosen: the proposed ones, at ridge 100 for rank and
-#: conventions (their cross-fitted and discounted runs were measured at ridge 100 only).
-HELD = {"rank": PROPOSED | {"ridge": "always-100"},
-        "conventions": PROPOSED | {"ridge": "always-100"}, "ridge": PROPOSED}
+#: The other rules while one is chosen: the proposed ones, at ridge 100 and 128 directions for
+#: rank and conventions (their cross-fitted and discounted runs were measured there only).
+HELD = {"rank": PROPOSED | {"ridge": "always-100", "dims": "always-128"},
+        "conventions": PROPOSED | {"ridge": "always-100", "dims": "always-128"},
+        "ridge": PROPOSED, "dims": PROPOSED}
 
 Row = dict
 Info = dict  # pairs, captions, images, convention_share
@@ -65,46 +69,60 @@ def _entries(info: Info) -> int:
     return min(info["captions"], info["images"])
 
 
-def pick(setting: dict, info: Info) -> tuple[str, str, float]:
-    """The rank, conventions and ridge ``setting`` picks for a corpus of ``info``."""
-    rule = setting["rank"]
-    if rule in ("in-sample", "cross-fitted"):
-        rank = rule
-    elif rule.startswith("share"):  # share>=t&pairs<k: cross-fit a small corpus of conventions
-        share, pairs = rule.removeprefix("share>=").split("&pairs<")
-        rank = "cross-fitted" if info["convention_share"] >= float(share) \
-            and info["pairs"] < float(pairs) * WIDTH else "in-sample"
-    else:
-        signal, k = rule.split("<")
-        count = info["pairs"] if signal == "pairs" else _entries(info)
-        rank = "cross-fitted" if count < float(k) * WIDTH else "in-sample"
+def _clause(clause: str, info: Info) -> bool:
+    """Whether one clause of a rank rule cross-fits: ``cross-fitted``, ``in-sample``,
+    ``pairs<k``, ``entries<k`` (times the width) or ``share>=t&pairs<k``."""
+    if clause in ("in-sample", "cross-fitted"):
+        return clause == "cross-fitted"
+    holds = True
+    for condition in clause.split("&"):
+        if condition.startswith("share>="):
+            holds &= info["convention_share"] >= float(condition.removeprefix("share>="))
+        else:
+            signal, k = condition.split("<")
+            count = info["pairs"] if signal == "pairs" else _entries(info)
+            holds &= count < float(k) * WIDTH
+    return holds
+
+
+def pick(setting: dict, info: Info) -> tuple[str, str, float, int]:
+    """The rank, conventions, ridge and directions ``setting`` picks for a corpus of ``info``."""
+    rank = "cross-fitted" if any(_clause(clause, info) for clause in
+                                 setting["rank"].split("|")) else "in-sample"
     rule = setting["conventions"]
     if rule.startswith("always-"):
         conventions = rule.removeprefix("always-")
-    else:
-        conventions = "discount" if info["convention_share"] >= float(rule.split(">=")[1]) \
+    else:  # share>=t|entries<k: discount where any clause holds, else trust
+        conventions = "discount" if any(_clause(clause, info) for clause in rule.split("|")) \
             else "trust"
-    rule = setting["ridge"]
+    ridge = _valued(setting["ridge"], info, 100.0)
+    dims = int(_valued(setting["dims"], info, 128))
+    return rank, conventions, ridge, dims
+
+
+def _valued(rule: str, info: Info, otherwise: float) -> float:
+    """``always-v``, or ``;``-separated ``[share<t][&entries>=k]->v``: the ``v`` of the first
+    whose conditions all hold, else ``otherwise``."""
     if rule.startswith("always-"):
-        ridge = float(rule.removeprefix("always-"))
-    else:  # [share<t][&][entries>=k]->30: the weak ridge where every condition holds
-        conditions, weak = rule.split("->")
-        ridge = float(weak)
-        for condition in conditions.split("&"):
-            if condition.startswith("share<") and \
-                    info["convention_share"] >= float(condition.removeprefix("share<")):
-                ridge = 100.0
-            if condition.startswith("entries>=") and \
-                    _entries(info) < float(condition.removeprefix("entries>=")) * WIDTH:
-                ridge = 100.0
-    return rank, conventions, ridge
+        return float(rule.removeprefix("always-"))
+    for part in rule.split(";"):
+        conditions, value = part.split("->")
+        if all(_holds(condition, info) for condition in conditions.split("&")):
+            return float(value)
+    return otherwise
 
 
-def variants_of(rank: str, conventions: str, ridge: float, info: Info) -> list[str]:
-    """The ``rule_variants.py`` variants measured with this rank, conventions and ridge, any
-    one of which gives its score. A cross-fitted pair has nothing of its own to discount (there
-    ``repeated`` is ``discount``); where no caption repeats, ``repeated`` discounts nothing
-    (there it is ``trust``)."""
+def _holds(condition: str, info: Info) -> bool:
+    if condition.startswith("share<"):
+        return info["convention_share"] < float(condition.removeprefix("share<"))
+    return _entries(info) >= float(condition.removeprefix("entries>=")) * WIDTH
+
+
+def variants_of(rank: str, conventions: str, ridge: float, dims: int, info: Info) -> list[str]:
+    """The ``rule_variants.py`` variants measured with this rank, conventions, ridge and
+    directions, any one of which gives its score. A cross-fitted pair has nothing of its own to
+    discount (there ``repeated`` is ``discount``); where no caption repeats, ``repeated``
+    discounts nothing (there it is ``trust``)."""
     current = pick(CURRENT, info)
     if rank == "cross-fitted" and conventions == "repeated":
         conventions = "discount"
@@ -113,12 +131,20 @@ def variants_of(rank: str, conventions: str, ridge: float, info: Info) -> list[s
         same = ["trust", "repeated"]
     out = []
     for name in same:
-        if ridge == 100.0:
-            out.append(f"{rank}/{name}")
-        if current[:2] == (rank, name):  # measured on top of the current default
-            out.append("default" if ridge == 100.0 else f"ridge={ridge:g}")
-        if ridge != 100.0 and rank == "in-sample" and name in ("repeated", "trust"):
-            out.append(f"{name}/ridge={ridge:g}")
+        on_current = current[:2] == (rank, name)  # measured on top of the current default
+        if dims == 128:
+            if ridge == 100.0:
+                out += [f"{rank}/{name}"] + (["default"] if on_current else [])
+            else:
+                out += [f"ridge={ridge:g}"] if on_current else []
+                if rank == "in-sample" and name in ("repeated", "trust"):
+                    out.append(f"{name}/ridge={ridge:g}")
+        elif ridge == 100.0:
+            out += [f"dims={dims}"] if on_current else []
+            if rank == "in-sample" and name in ("repeated", "trust"):
+                out.append(f"{name}/dims={dims}")
+        elif rank == "in-sample" and name == "trust":
+            out.append(f"trust/ridge={ridge:g}/dims={dims}")
     return out
 
 
@@ -135,10 +161,13 @@ def loco_table(data: dict, scores: dict[str, Callable], default: str) \
         -> tuple[str, list[dict]]:
     """The variant chosen on all corpora and the rows of one rule's table (module docstring).
     ``scores``: variant name -> ``score(instance)``, ``None`` where not measured."""
-    def chosen(on: list) -> str:  # on the corpora where every variant was measured
-        on = [i for i in on if all(score(i) is not None for score in scores.values())]
-        means = {name: np.mean([score(i) for i in on]) for name, score in scores.items()}
-        if not on:
+    def chosen(on: list) -> str:
+        # the variants measured on at least half of them, compared on those where all are
+        names = [name for name, score in scores.items()
+                 if 2 * sum(score(i) is not None for i in on) >= len(on) > 0]
+        on = [i for i in on if all(scores[name](i) is not None for name in names)]
+        means = {name: np.mean([scores[name](i) for i in on]) for name in names} if on else {}
+        if not means:
             return "-"
         top = max(means.values())
         tied = [name for name in means if means[name] >= top - 1e-9]
@@ -172,6 +201,9 @@ def render(title: str, rows: list[dict], on_all: str, default: str, info: dict) 
              "| best here | best's AUROC | current default's AUROC | chosen - best (worst tie) |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
+        tied = row["chosen"].split(" = ")
+        if len(tied) > 2:
+            row = row | {"chosen": f"{' = '.join(tied[:2])} (+{len(tied) - 2} tied)"}
         scored, best = row["chosen_range"], row["best_score"]  # tied choices: their range
         gap = "-" if not scored else f"{scored[0] - best:+.4f}"
         its = "-" if not scored else " - ".join(dict.fromkeys(f"{v:.4f}" for v in scored))
@@ -191,14 +223,20 @@ def _num(value: float | None) -> str:
 
 
 RULES = {
-    "rank": ["in-sample", "cross-fitted", *(f"pairs<{k}" for k in (1, 2, 3, 4)),
-             *(f"entries<{k}" for k in (0.5, 1)),
-             *(f"share>={t}&pairs<3" for t in (0.01, 0.05, 0.2, 0.5))],
-    "conventions": ["always-discount", "always-repeated", "always-trust",
-                    *(f"share>={t}" for t in (0.01, 0.05, 0.2, 0.5))],
-    "ridge": ["always-30", "always-100", "always-300",
-              *(f"entries>={k}->30" for k in (1, 2, 3)), "share<0.05->30",
-              *(f"share<0.05&entries>={k}->30" for k in (0.5, 1, 2))],
+    "rank": ["in-sample", "cross-fitted", "pairs<1", "pairs<3", "entries<0.5", "entries<1",
+             "share>=0.05&pairs<3", "entries<0.25|share>=0.05&pairs<3",
+             "entries<0.5|share>=0.05&pairs<3", "entries<1|share>=0.05&pairs<3"],
+    "conventions": ["always-discount", "always-repeated", "always-trust", "share>=0.05",
+                    "share>=0.05|entries<0.5", "share>=0.05|entries<1",
+                    "share>=0.05|entries<2"],
+    "ridge": ["always-30", "always-100", "always-300", "share<0.05->30",
+              "share<0.05&entries>=1->30", "share<0.05&entries>=1->10",
+              "share<0.05&entries>=2->10;share<0.05&entries>=1->30",
+              "share<0.05&entries>=3->10;share<0.05&entries>=1->30",
+              "share<0.05&entries>=4->10;share<0.05&entries>=1->30"],
+    "dims": ["always-64", "always-128", "always-256", "share<0.05&entries>=1->256",
+             "share<0.05&entries>=2->256", "share<0.05&entries>=3->256",
+             "share<0.05&entries>=2->384"],
 }
 
 
@@ -221,7 +259,7 @@ def summary(data: dict, info: dict) -> str:
         runs, here = data[instance], info[instance]
         means = {v: mean_of(runs, v, lambda row: row["auroc"])
                  for v in {row["variant"] for row in runs}}
-        current = means.get("default")
+        current = setting_score(CURRENT, runs, here)
         proposed = setting_score(PROPOSED, runs, here)
         best = max(means, key=means.get)
         gap = "-" if proposed is None else f"{proposed - means[best]:+.4f}"

@@ -5,14 +5,15 @@ The default is ``clip`` on the ImageNet EfficientNet-Lite0 + multilingual-e5 vec
 CCA fitted on the corpus. Its rules and the variants measured here, each against injected noise
 (``inject-noise --protocol per-caption``, images moved, ``noisy_gt`` the truth):
 
-- ``rank`` (in-sample or cross-fitted) crossed with ``conventions`` (discount or trust): four
-  variants, and in-sample ``conventions=repeated`` (cross-fitted, a single caption's pair
-  has nothing of its own to discount); ``rank=auto``'s corpus-size threshold is read from them
-  by ``loco_rules.py``;
+- ``rank`` (in-sample or cross-fitted) crossed with ``conventions`` (discount or trust), ridge
+  100: four variants, and in-sample ``conventions=repeated`` (cross-fitted, a single caption's
+  pair has nothing of its own to discount); the size rules are read from them by
+  ``loco_rules.py``;
 - ``align_dims`` 64 and 256 around 128, ``align_ridge`` 30 and 300 around 100, on top of the
-  default, and again ranked in-sample with ``conventions=repeated`` (``repeated/...``) or
-  ``trust`` (``trust/...``);
-- the default itself, unchanged (``rank`` and ``conventions`` at ``auto``);
+  default (``dims=...``, ``ridge=...``: rank and conventions as the default picks them), and
+  again ranked in sample with ``conventions=repeated`` (``repeated/...``) or ``trust``
+  (``trust/...``, with ridge 10 or 30 and 256 or 384 directions);
+- the default itself (``default``: every rule at ``auto``, as the code at hand picks it);
 - the cut's recall bands and the queue sized by the estimate, which move pairs between
   partitions but not their order: read from each run's ``clean_prob`` (:data:`CUTS`).
 
@@ -62,6 +63,9 @@ VARIANTS: dict[str, dict] = {
                             ("ridge=300", {"align_ridge": 300.0}))},
     "trust/ridge=30": {"rank": "in-sample", "conventions": "trust", "align_ridge": 30.0},
     "trust/dims=256": {"rank": "in-sample", "conventions": "trust", "align_dims": 256},
+    **{f"trust/ridge={ridge:g}/dims={dims}": {"rank": "in-sample", "conventions": "trust",
+                                               "align_ridge": ridge, "align_dims": dims}
+       for ridge, dims in ((30.0, 256), (10.0, 256), (30.0, 384))},
 }
 #: The cut variants read from every run's scores: (noisy_recall, review_recall, queue_by_estimate);
 #: the default cut is (0.5, 0.9, True).
