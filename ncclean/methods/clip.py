@@ -54,7 +54,31 @@ from ncclean.methods.align import (
 )
 from ncclean.methods.applied import Application, Kept
 from ncclean.methods.base import Context, Method, MethodResult, param
-from ncclean.methods.conventions import convention_discount, held_out_similarity
+from ncclean.methods.cca_rules import (
+    CONVENTION_COUNT,
+    CONVENTION_SHARE,
+    CROSS_FIT_WIDTHS,
+    DIMS,
+    RIDGE,
+    SMALL_FIT_WIDTHS,
+    TRUSTED_FIT_WIDTHS,
+    TRUSTED_RIDGE,
+    WIDE_DIMS,
+    WIDE_DIMS_WIDTHS,
+    WIDE_RIDGE,
+    WIDE_RIDGE_WIDTHS,
+    convention_share,
+    cross_fits,
+    discounts,
+)
+from ncclean.methods.cca_rules import dims as auto_dims
+from ncclean.methods.cca_rules import ridge as auto_ridge
+from ncclean.methods.conventions import (
+    convention_discount,
+    describe_discount,
+    held_out_similarity,
+    repeated_caption_discount,
+)
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.methods.null_rate import Cosine, NullEstimate, Space, null_noise_rate
 from ncclean.models.features import Features
@@ -103,10 +127,6 @@ def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
     return out
 
 
-#: With a CCA, pairs are ranked cross-fitted while the corpus has fewer pairs than this many
-#: times the two vectors' summed width (1,280 + 384 for ImageNet + e5: about 5,000 pairs): an
-#: in-sample fit that small fits its noisy pairs too (benchmarks/results/default-pipeline.md).
-CROSS_FIT_WIDTHS = 3
 CROSS_FIT_FOLDS = 10
 
 
@@ -193,7 +213,9 @@ class Clip(Method):
         "Where no pretrained CLIP exists the similarity is that of a matcher warmed up on the "
         "corpus itself (NCR's warm-up), not a pretrained model's judgement.",
         "With a CCA, a repeated caption's score loses what only its own pairs taught the fit "
-        "(conventions; benchmarks/results/natural-noise.md).",
+        "(conventions; benchmarks/results/natural-noise.md) where captions that many pairs "
+        "share make a convention; elsewhere the fit is trusted and shrunk less "
+        "(benchmarks/results/rules.md).",
     )
 
     keep_fraction: float | None = param(
@@ -208,31 +230,42 @@ class Clip(Method):
     align: Literal["auto", "none", "cca"] = param(
         "auto", help="precomputed vectors: raw cosine (none), a ridge CCA first (cca), or cca "
         "when the widths differ (auto)")
-    align_dims: int = param(128, low=1, help="CCA directions kept")
-    align_ridge: float = param(100.0, low=0, help="CCA ridge shrinkage")
+    align_dims: int | None = param(
+        None, low=1, rule=f"{WIDE_DIMS} for a trusted fit (see conventions) on at least "
+        f"{WIDE_DIMS_WIDTHS} times the two vectors' summed width in distinct captions and "
+        f"distinct images, else {DIMS}", help="CCA directions kept")
+    align_ridge: float | None = param(
+        None, low=0, rule=f"{TRUSTED_RIDGE:g} for a trusted fit (see conventions), "
+        f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
+        f"{RIDGE:g}", help="CCA ridge shrinkage")
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
         "from a two-component mixture")
     rank: Literal["auto", "in-sample", "cross-fitted"] = param(
         "auto", help="with a CCA: rank each pair by the fit on all pairs (in-sample) or by a fit "
-        "on the other nine tenths (cross-fitted); auto cross-fits below "
-        f"{CROSS_FIT_WIDTHS} times the two vectors' summed width in pairs")
-    conventions: Literal["auto", "discount", "trust"] = param(
+        "on the other nine tenths (cross-fitted); auto cross-fits where the distinct captions "
+        f"or images are fewer than {SMALL_FIT_WIDTHS:g} times the two vectors' summed width, "
+        f"or a corpus of conventions has fewer than {CROSS_FIT_WIDTHS} times it in pairs")
+    conventions: Literal["auto", "discount", "repeated", "trust"] = param(
         "auto", help="with a CCA: rank a repeated caption's pairs less what only its own pairs "
-        "taught the fit (discount: a collection's label is not a description) or as fitted "
-        "(trust); auto discounts whenever a CCA is fitted")
+        "taught the fit (discount: a collection's label is not a description; a single "
+        "caption's pair loses its own memorisation too), discount repeated captions only "
+        "(repeated), or rank as fitted (trust); auto trusts a fit without conventions (fewer "
+        f"than {CONVENTION_SHARE:.0%} of the pairs carry a caption {CONVENTION_COUNT} or more "
+        f"pairs share) on at least {TRUSTED_FIT_WIDTHS} times the two vectors' summed width in "
+        "distinct captions and distinct images, and discounts elsewhere")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
         matcher = alignment = space = raw = moments = None
         pretrained = context.initial is not None or (config is not None
                                                      and config.starts_pretrained)
-        if self.conventions == "discount" and not (
+        if self.conventions in ("discount", "repeated") and not (
                 not pretrained and raw_source(config) is not None and self._fits_cca(features)):
             # before any work: a matcher warmed up from scratch would train first
-            raise BadOptionError("conventions=discount needs a CCA fitted on the corpus (two "
-                                 "vector columns, align cca or auto): only such a space learns "
-                                 "its captions' conventions")
+            raise BadOptionError(f"conventions={self.conventions} needs a CCA fitted on the "
+                                 "corpus (two vector columns, align cca or auto): only such a "
+                                 "space learns its captions' conventions")
         if pretrained:
             matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
@@ -245,7 +278,7 @@ class Clip(Method):
                 return self._unaligned(features, source, unalignable(moments))
             if alignment is not None:
                 source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"
-                space = _cca_space(raw, features, self.align_dims, self.align_ridge)
+                space = _cca_space(raw, features, self._dims(features), alignment.ridge)
             else:
                 space = _fixed_space(embeddings)
         elif self.align == "cca":
@@ -260,14 +293,18 @@ class Clip(Method):
         if alignment is not None:
             report["alignment"] = alignment.describe()
         discount = caption_discount = None
-        if alignment is not None and self.conventions != "trust":
+        if alignment is not None and self._discounts(features, report):
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
-                                           features.text_group, self.align_dims, self.align_ridge,
+                                           features.text_group, self._dims(features),
+                                           alignment.ridge,
                                            seed=context.seed, total=moments)
             discount = convention_discount(similarity, held_out, features.text_group)
-            caption_discount = _repeated_captions(discount, features)
+            caption_discount = repeated_caption_discount(discount, features.text_group,
+                                                         len(features.text_data))
+            if self.conventions == "repeated":  # a single caption's pair keeps its score
+                discount = caption_discount[features.text_group]
             space = _discounted(space, caption_discount)  # shuffled pairs keep their caption's
-            report["conventions"] = _describe_discount(discount, features.text_group)
+            report["conventions"] = describe_discount(discount, features.text_group)
         null: NullEstimate | None = None
         if space is not None and alignment is not None and self._cross_fits(features):
             null = null_noise_rate(space, features.image_group, features.text_group,
@@ -326,11 +363,36 @@ class Clip(Method):
                             report=report, partition=np.full(n, VAGUE, dtype=object))
 
     def _cross_fits(self, features: Features) -> bool:
-        """Whether pairs are ranked by CCA fits that did not see them (``rank``)."""
+        """Whether pairs are ranked by CCA fits that did not see them (``rank``;
+        :func:`~ncclean.methods.cca_rules.cross_fits`)."""
         if self.rank != "auto":
             return self.rank == "cross-fitted"
-        width = features.image_data.shape[1] + features.text_data.shape[1]
-        return features.n_pairs < CROSS_FIT_WIDTHS * width
+        return cross_fits(features.image_group, features.text_group, _width(features))
+
+    def _discounts(self, features: Features, report: dict) -> bool:
+        """Whether repeated captions are discounted (``conventions``;
+        :func:`~ncclean.methods.cca_rules.discounts`); ``auto``'s trust is noted in
+        ``report``."""
+        if self.conventions != "auto":
+            return self.conventions != "trust"
+        if discounts(features.image_group, features.text_group, _width(features)):
+            return True
+        report["conventions"] = {"trusted": "no conventions, enough distinct captions and images",
+                                 "convention_share": round(convention_share(features.text_group),
+                                                           4)}
+        return False
+
+    def _dims(self, features: Features) -> int:
+        """The CCA's directions (``align_dims``; :func:`~ncclean.methods.cca_rules.dims`)."""
+        if self.align_dims is not None:
+            return self.align_dims
+        return auto_dims(features.image_group, features.text_group, _width(features))
+
+    def _ridge(self, features: Features) -> float:
+        """The CCA's ridge (``align_ridge``; :func:`~ncclean.methods.cca_rules.ridge`)."""
+        if self.align_ridge is not None:
+            return self.align_ridge
+        return auto_ridge(features.image_group, features.text_group, _width(features))
 
     def _fits_cca(self, features: Features) -> bool:
         """Whether ``align`` asks for a CCA on these vector columns: ``cca``, or ``auto`` when
@@ -356,22 +418,16 @@ class Clip(Method):
                             features.text_group)
         if unalignable(moments) is not None:
             return None, None, moments
-        alignment = alignment_from_sums(moments, self.align_dims, self.align_ridge)
+        alignment = alignment_from_sums(moments, self._dims(features), self._ridge(features))
         dtype = kept_dtype(features)
         return Embeddings(images=alignment.project_images(embeddings.images, dtype),
                           texts=alignment.project_texts(embeddings.texts, dtype)), alignment, \
             moments
 
 
-def _repeated_captions(discount: np.ndarray, features: Features) -> np.ndarray:
-    """``(n_texts,) float64``: the discount of each caption entry seen more than once (a
-    caption's, the same for all its pairs), 0 for the others (a single caption's discount is
-    its own pair's memorisation, which a held-out fit does not have)."""
-    out = np.zeros(len(features.text_data))
-    counts = np.bincount(features.text_group, minlength=len(out))
-    repeated = counts[features.text_group] > 1
-    out[features.text_group[repeated]] = discount[repeated]
-    return out
+def _width(features: Features) -> int:
+    """The image and caption vectors' summed width."""
+    return features.image_data.shape[1] + features.text_data.shape[1]
 
 
 def _discounted(space: Space, caption_discount: np.ndarray) -> Space:
@@ -380,16 +436,6 @@ def _discounted(space: Space, caption_discount: np.ndarray) -> Space:
         cosine = space(fit)
         return lambda images, texts: cosine(images, texts) - caption_discount[texts]
     return fitted
-
-
-def _describe_discount(discount: np.ndarray, text_group: np.ndarray) -> dict:
-    """The report's record of the conventions' discount."""
-    _, first, counts = np.unique(text_group, return_index=True, return_counts=True)
-    repeated = (counts > 1) & (discount[first] > 0)
-    return {"discounted_captions": int(repeated.sum()),
-            "discounted_pairs": int(counts[repeated].sum()),
-            "pairs_with_any_discount": int((discount > 0).sum()),
-            "largest": round(float(discount.max()), 4) if len(discount) else 0.0}
 
 
 def _fixed_space(embeddings: Embeddings) -> Space:

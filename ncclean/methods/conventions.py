@@ -85,3 +85,26 @@ def convention_discount(similarity: np.ndarray, held_out: np.ndarray, text_group
     typical = float(np.quantile(gain[single], quantile)) if single.any() else 0.0
     mean_gain = (np.bincount(inverse, gain) / counts)[inverse]
     return kappa / (count + kappa) * np.maximum(mean_gain - typical, 0.0)
+
+
+def repeated_caption_discount(discount: np.ndarray, text_group: np.ndarray,
+                              n_texts: int) -> np.ndarray:
+    """``(n_texts,) float64``: the discount (``(n,)``, :func:`convention_discount`) of each
+    caption entry that more than one pair (``text_group``, ``(n,) int64``) carries (a
+    caption's, the same for all its pairs), 0 for the others (a single caption's discount is
+    its own pair's memorisation, which a held-out fit does not have)."""
+    out = np.zeros(n_texts)
+    counts = np.bincount(text_group, minlength=n_texts)
+    repeated = counts[text_group] > 1
+    out[text_group[repeated]] = discount[repeated]
+    return out
+
+
+def describe_discount(discount: np.ndarray, text_group: np.ndarray) -> dict:
+    """The run report's record of the discount (``(n,)``) of pairs of captions ``text_group``."""
+    _, first, counts = np.unique(text_group, return_index=True, return_counts=True)
+    repeated = (counts > 1) & (discount[first] > 0)
+    return {"discounted_captions": int(repeated.sum()),
+            "discounted_pairs": int(counts[repeated].sum()),
+            "pairs_with_any_discount": int((discount > 0).sum()),
+            "largest": round(float(discount.max()), 4) if len(discount) else 0.0}

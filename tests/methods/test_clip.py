@@ -159,21 +159,26 @@ def test_a_clean_corpus_is_called_clean(tmp_path, rng):
                   params={"posterior": "gmm"})
 
 
-def wide_corpus(path, rng, n=240, noisy=72):
+def wide_corpus(path, rng, n=240, noisy=72, labelled=0):
     """Vectors wider than the corpus can fit in sample (160 and 80 wide for 240 pairs) that see a
-    latent through different maps; the first ``noisy`` captions belong to other images."""
+    latent through different maps; the first ``noisy`` captions belong to other images, the last
+    ``labelled`` pairs carry one caption (a collection's label)."""
     latent = rng.normal(size=(n, 8))
     image = latent @ rng.normal(size=(8, 160)) + 2.0 * rng.normal(size=(n, 160))
     text = latent @ rng.normal(size=(8, 80)) + 2.0 * rng.normal(size=(n, 80))
     text[:noisy] = text[n - noisy:][::-1]
-    write_parquet(path, {"caption": [f"c{i}" for i in range(n)],
-                         "img": list(image.astype(np.float32)),
+    captions = [f"c{i}" for i in range(n)]
+    if labelled:
+        captions[-labelled:] = ["a collection's label"] * labelled
+        text[-labelled:] = text[-labelled]
+    write_parquet(path, {"caption": captions, "img": list(image.astype(np.float32)),
                          "txt": list(text.astype(np.float32))})
     return np.arange(n) < noisy
 
 
-def test_a_small_corpus_is_ranked_by_fits_that_did_not_see_each_pair(tmp_path, rng):
-    truth = wide_corpus(tmp_path / "emb.parquet", rng)
+def test_a_small_corpus_of_conventions_is_ranked_by_fits_that_did_not_see_each_pair(
+        tmp_path, rng):
+    truth = wide_corpus(tmp_path / "emb.parquet", rng, labelled=30)  # 12.5% of the pairs
     auroc, reports = {}, {}
     for rank in ("auto", "in-sample"):
         summary = api.score(tmp_path / "emb.parquet", tmp_path / f"{rank}.parquet", method="clip",
@@ -186,8 +191,8 @@ def test_a_small_corpus_is_ranked_by_fits_that_did_not_see_each_pair(tmp_path, r
     assert reports["auto"]["null"]["folds"] == 10 and reports["auto"]["null"]["pairs"] == 240
     assert "rank" not in reports["in-sample"]
     # On clip art the cross-fitted rank is the better one below ~5,000 pairs (measured in
-    # benchmarks/results/default-pipeline.md); on these Gaussian vectors both find the noise.
-    assert auroc["auto"] > 0.9 and auroc["in-sample"] > 0.9, auroc
+    # benchmarks/results/default-pipeline.md); here too, and both find the noise.
+    assert auroc["auto"] > max(0.9, auroc["in-sample"]) and auroc["in-sample"] > 0.85, auroc
 
 
 def test_read_only_vectors_are_normed_without_a_warning():
@@ -200,3 +205,12 @@ def test_read_only_vectors_are_normed_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.allclose(_norms(rows), 2.0)
+
+
+def test_a_small_corpus_of_names_is_ranked_in_sample(tmp_path, rng):
+    wide_corpus(tmp_path / "emb.parquet", rng)  # every caption its own
+    summary = api.score(tmp_path / "emb.parquet", tmp_path / "o.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
+    report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
+    assert "rank" not in report and report["alignment"]["ridge"] == 30.0
+    assert report["conventions"]["convention_share"] == 0.0

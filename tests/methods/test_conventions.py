@@ -80,7 +80,7 @@ def convention_corpus(path, rng, n=800, k=40):
 
 
 def test_a_collections_caption_no_longer_scores_as_a_description(tmp_path, rng):
-    convention = convention_corpus(tmp_path / "emb.parquet", rng)
+    convention = convention_corpus(tmp_path / "emb.parquet", rng)  # 5% of the pairs share it
     prob, tables = {}, {}
     for mode in ("auto", "trust"):
         summary = api.score(tmp_path / "emb.parquet", tmp_path / f"{mode}.parquet",
@@ -124,3 +124,33 @@ def test_discounting_is_refused_before_a_matcher_is_warmed_up(tmp_path, monkeypa
         api.score(corpus / "noisy.parquet", tmp_path / "o.parquet", method="clip",
                   image_encoder="pixels", text_encoder="tokens", cache_dir=False,
                   params={"conventions": "discount"})
+
+
+def test_repeated_discounts_a_collections_caption_and_leaves_single_captions_as_fitted(
+        tmp_path, rng):
+    convention = convention_corpus(tmp_path / "emb.parquet", rng)
+    tables = {}
+    for mode in ("discount", "repeated", "trust"):
+        summary = api.score(tmp_path / "emb.parquet", tmp_path / f"{mode}.parquet",
+                            method="clip", columns=Columns(image_emb="img", text_emb="txt"),
+                            cache_dir=False, params={"conventions": mode, "rank": "in-sample"})
+        tables[mode] = pq.read_table(summary.output).to_pydict()
+    discount = {mode: np.array(tables[mode]["clip_convention"]) for mode in ("discount",
+                                                                            "repeated")}
+    assert np.allclose(discount["repeated"][convention], discount["discount"][convention])
+    assert discount["discount"][~convention].max() > 0  # a single caption's memorisation
+    assert np.all(discount["repeated"][~convention] == 0)
+    prob = {mode: np.array(tables[mode]["clean_prob"]) for mode in tables}
+    assert prob["repeated"][convention].mean() < 0.8 < prob["trust"][convention].mean()
+    assert np.allclose(tables["repeated"]["clip_sim"], tables["trust"]["clip_sim"], atol=1e-6)
+
+
+def test_auto_trusts_a_corpus_whose_captions_name_their_pictures_one_by_one(tmp_path, rng):
+    convention = convention_corpus(tmp_path / "emb.parquet", rng, k=20)  # 2.5% share one
+    summary = api.score(tmp_path / "emb.parquet", tmp_path / "auto.parquet", method="clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
+    table = pq.read_table(summary.output).to_pydict()
+    assert "clip_convention" not in table
+    assert np.array(table["clean_prob"])[convention].mean() > 0.95  # as trusted
+    report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
+    assert report["conventions"]["convention_share"] == pytest.approx(0.025)

@@ -1,0 +1,109 @@
+"""What ``clip``'s ``auto`` settings read from the corpus when a CCA is fitted on it: whether pairs
+are ranked cross-fitted (``rank``), whether captions are discounted (``conventions``), how
+strongly the CCA is shrunk (``align_ridge``) and how many directions it keeps (``align_dims``).
+
+Two signals decide them. The *convention share*: the share of pairs whose caption
+:data:`CONVENTION_COUNT` or more pairs carry (a collection's label, a site's name, "Part of the
+Flat Icon Collection"); a corpus where it reaches :data:`CONVENTION_SHARE` is one of
+conventions, like clip art, on which these settings were first measured. And the fit's
+*entries*: the fewer of its distinct captions and distinct images, the samples its covariances
+are estimated from, counted in widths (the vectors' summed width).
+
+- A corpus of conventions keeps clip art's settings: captions discounted
+  (:mod:`ncclean.methods.conventions`), ridge :data:`RIDGE`, and below :data:`CROSS_FIT_WIDTHS`
+  widths of pairs each pair ranked by fits that did not see it.
+- Any other corpus with at least :data:`TRUSTED_FIT_WIDTHS` widths of entries is *trusted*:
+  no discount, ranked in sample at every size, ridge :data:`TRUSTED_RIDGE` and :data:`DIMS`
+  directions; :data:`WIDE_DIMS` directions from :data:`WIDE_DIMS_WIDTHS` widths, and ridge
+  :data:`WIDE_RIDGE` from :data:`WIDE_RIDGE_WIDTHS`.
+- Below that, its in-sample fit memorises: a pair's own memorisation is discounted and the
+  ridge is :data:`RIDGE`; below :data:`SMALL_FIT_WIDTHS` widths of entries (any corpus), pairs
+  are ranked cross-fitted.
+
+Why: a corpus of collection labels gives the CCA a few caption directions that many pairs carry;
+a small in-sample fit learns its noisy pairs' labels as descriptions, and the stronger ridge
+tempers what a few captions teach. Captions that name their pictures one by one give the fit as
+many directions as pairs: once they outnumber its dimensions a weaker ridge lets it use them
+(with more, more directions and a weaker one still), and the discount's memorisation term costs
+more than it finds; with fewer the memorisation is real, and with far fewer only fits that did
+not see a pair can rank it. Chosen leave-one-corpus-out over clip art and two icon corpora with
+their subsets (``benchmarks/results/rules.md``, one table per rule). Injected noise cannot show
+what the discount is for on a corpus of conventions (moved images do not make a convention
+wrong); clip art's hand-labelled mismatches do (``benchmarks/results/natural-noise.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CONVENTION_COUNT = 3
+CONVENTION_SHARE = 0.05
+CROSS_FIT_WIDTHS = 3
+TRUSTED_FIT_WIDTHS = 1
+SMALL_FIT_WIDTHS = 0.25
+WIDE_DIMS_WIDTHS = 2
+WIDE_RIDGE_WIDTHS = 3
+RIDGE = 100.0
+TRUSTED_RIDGE = 30.0
+WIDE_RIDGE = 10.0
+DIMS = 128
+WIDE_DIMS = 256
+
+
+def convention_share(text_group: np.ndarray) -> float:
+    """The share of pairs whose caption (``text_group``, ``(n,) int64``) at least
+    :data:`CONVENTION_COUNT` pairs carry."""
+    if len(text_group) == 0:
+        return 0.0
+    _, inverse, counts = np.unique(text_group, return_inverse=True, return_counts=True)
+    return float((counts[inverse] >= CONVENTION_COUNT).mean())
+
+
+def has_conventions(text_group: np.ndarray) -> bool:
+    """Whether the captions (``(n,) int64`` groups) make a corpus of conventions."""
+    return convention_share(text_group) >= CONVENTION_SHARE
+
+
+def entries(image_group: np.ndarray, text_group: np.ndarray) -> int:
+    """The fewer of the distinct images and distinct captions among the pairs (``(n,) int64``
+    groups each)."""
+    return min(len(np.unique(image_group)), len(np.unique(text_group)))
+
+
+def trusted(image_group: np.ndarray, text_group: np.ndarray, width: int) -> bool:
+    """Whether a fit on these pairs (vectors of summed ``width``) is trusted: no conventions, and
+    at least :data:`TRUSTED_FIT_WIDTHS` widths of entries."""
+    return not has_conventions(text_group) \
+        and entries(image_group, text_group) >= TRUSTED_FIT_WIDTHS * width
+
+
+def discounts(image_group: np.ndarray, text_group: np.ndarray, width: int) -> bool:
+    """``conventions=auto``: whether captions (and a pair's own memorisation) are discounted."""
+    return not trusted(image_group, text_group, width)
+
+
+def _trusted_from(image_group: np.ndarray, text_group: np.ndarray, width: int,
+                  widths: float) -> bool:
+    return trusted(image_group, text_group, width) \
+        and entries(image_group, text_group) >= widths * width
+
+
+def ridge(image_group: np.ndarray, text_group: np.ndarray, width: int) -> float:
+    """``align_ridge=auto``: the CCA's ridge."""
+    if not trusted(image_group, text_group, width):
+        return RIDGE
+    return WIDE_RIDGE if _trusted_from(image_group, text_group, width, WIDE_RIDGE_WIDTHS) \
+        else TRUSTED_RIDGE
+
+
+def dims(image_group: np.ndarray, text_group: np.ndarray, width: int) -> int:
+    """``align_dims=auto``: the CCA's directions."""
+    return WIDE_DIMS if _trusted_from(image_group, text_group, width, WIDE_DIMS_WIDTHS) \
+        else DIMS
+
+
+def cross_fits(image_group: np.ndarray, text_group: np.ndarray, width: int) -> bool:
+    """``rank=auto``: whether pairs are ranked by fits that did not see them."""
+    if entries(image_group, text_group) < SMALL_FIT_WIDTHS * width:
+        return True
+    return has_conventions(text_group) and len(text_group) < CROSS_FIT_WIDTHS * width
