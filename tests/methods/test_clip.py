@@ -198,13 +198,13 @@ def test_a_small_corpus_of_conventions_is_ranked_by_fits_that_did_not_see_each_p
 def test_read_only_vectors_are_normed_without_a_warning():
     import warnings
 
-    from ncclean.methods.clip import _norms
+    from ncclean.methods.unit import row_norms
 
     rows = np.ones((3, 4), dtype=np.float16)
     rows.flags.writeable = False  # as vectors read back from the cache are
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert np.allclose(_norms(rows), 2.0)
+        assert np.allclose(row_norms(rows), 2.0)
 
 
 def test_a_small_corpus_of_names_is_ranked_in_sample(tmp_path, rng):
