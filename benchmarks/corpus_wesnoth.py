@@ -19,7 +19,8 @@ would otherwise leave English text in, say, the Arabic file). Units that share o
 or the campaign's text domain.
 
 Writes ``<out>/wesnoth-<lang>.parquet`` (columns ``id``, ``image`` PNG bytes, ``caption``,
-``category``, ``source``) and prints one JSON line of counts.
+``category``, ``view`` (``sprite`` or ``portrait``), ``source``, and ``name``: the translated
+name alone, a short caption) and prints one JSON line of counts.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from PIL import Image
 ROOTS = (Path("/usr/share/games/wesnoth/1.16"),
          Path("/work/corpora/src/root/usr/share/games/wesnoth/1.16"))
 LANGS = ("en", "zh_CN", "de", "ja", "ru")
+#: Arabic translates the units' names but hardly any description: it has the names corpus only.
+NAME_LANGS = ("en", "zh_CN", "de", "ja", "ru", "ar")
 SIZE = 144
 TAGS = ("unit_type", "object")
 _KEY = re.compile(r'^\s*(\w+)\s*=\s*(_\s*)?"', re.M)
@@ -160,36 +163,68 @@ def collect(roots: list[Path]) -> list[dict]:
                 units.append({"id": key if key and "{" not in key else name,
                               "name": name, "description": desc,
                               "profile": profile,
-                              "race": unit.get("race") or ("item" if unit["tag"] == "object" else "none"), "image": image,
+                              "race": unit.get("race") or
+                              ("item" if unit["tag"] == "object" else "none"), "image": image,
                               "domain": unit["domain"] or "wesnoth-units",
                               "source": campaign.group(0).split("/")[-1] if campaign else "core"})
     return units
 
 
-def translated(units: list[dict], roots: list[Path], langs: tuple[str, ...]) -> dict:
-    """``{lang: [caption per kept unit]}`` and the kept units: all languages translate both."""
+def translated(units: list[dict], roots: list[Path], langs: tuple[str, ...],
+               names_only: bool = False) -> dict:
+    """The kept units (every language translates their name, and their description unless
+    ``names_only``) and ``{lang: [caption per kept unit]}``, ``{lang: [name per kept unit]}``."""
     tables = {lang: catalogs(roots, lang) for lang in langs if lang != "en"}
-    kept, captions = [], {lang: [] for lang in langs}
+    fields = ("name",) if names_only else ("name", "description")
+    kept, captions, names = [], {lang: [] for lang in langs}, {lang: [] for lang in langs}
     for unit in units:
         texts = {}
         for lang in langs:
-            if lang == "en":
-                texts[lang] = (unit["name"], unit["description"])
+            if lang == "en":  # a msgid may carry a context, "female^Elvish Druid"
+                texts[lang] = tuple(unit[f].split("^", 1)[-1] for f in fields)
                 continue
             table = tables[lang].get(unit["domain"])
-            pair = tuple(table._catalog.get(s) if table else None
-                         for s in (unit["name"], unit["description"]))
-            if None in pair or not all(p.strip() for p in pair):
+            found = tuple(table._catalog.get(unit[f]) if table else None for f in fields)
+            if None in found or not all(p.strip() for p in found):
                 break
-            texts[lang] = pair
+            texts[lang] = found
         else:
             kept.append(unit)
             for lang in langs:
-                name, desc = texts[lang]
+                name, desc = texts[lang][0], texts[lang][-1]
                 sep = "" if name.endswith(("。", ".", "؟")) else ("。" if lang in ("zh_CN", "ja")
                                                                     else ". ")
-                captions[lang].append(_MARKUP.sub("", f"{name}{sep}{desc}"))
-    return {"units": kept, "captions": captions}
+                captions[lang].append(name if names_only else
+                                      _MARKUP.sub("", f"{name}{sep}{desc}"))
+                names[lang].append(name)
+    return {"units": kept, "captions": captions, "names": names}
+
+
+def write(built: dict, langs: list[str], out: Path, prefix: str, portraits: bool) -> dict:
+    """``<out>/<prefix>-<lang>.parquet`` for each language: one row per kept unit's sprite and,
+    with ``portraits``, one per portrait not already used by an earlier unit."""
+    rows, used = [], set()
+    for k, unit in enumerate(built["units"]):
+        rows.append((k, "sprite", unit["image"]))
+        if portraits and unit["profile"] and unit["profile"] not in used:
+            used.add(unit["profile"])
+            rows.append((k, "portrait", unit["profile"]))
+    kept = [built["units"][k] for k, _, _ in rows]
+    out.mkdir(parents=True, exist_ok=True)
+    ids = [f"{u['source']}:{u['id']}:{view}" for u, (_, view, _) in zip(kept, rows)]
+    ids = [f"{i}#{ids[:n].count(i)}" if ids.count(i) > 1 else i for n, i in enumerate(ids)]
+    columns = {"id": ids,
+               "image": pa.array([sprite_png(path) for _, _, path in rows], pa.binary()),
+               "category": [u["race"] for u in kept], "view": [view for _, view, _ in rows],
+               "source": [u["source"] for u in kept]}
+    for lang in langs:
+        captions = [built["captions"][lang][k] for k, _, _ in rows]
+        names = [built["names"][lang][k] for k, _, _ in rows]
+        pq.write_table(pa.table({**columns, "caption": captions, "name": names}),
+                       out / f"{prefix}-{lang}.parquet")
+    return {"units": len(built["units"]), "pairs": len(rows), "portraits": len(used),
+            "languages": langs, "files": str(out / f"{prefix}-<lang>.parquet"),
+            "races": len({u["race"] for u in kept})}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -197,34 +232,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, nargs="+", default=list(ROOTS))
     parser.add_argument("--out", type=Path, default=Path("/work/corpora/wesnoth"))
     parser.add_argument("--langs", nargs="+", default=list(LANGS))
+    parser.add_argument("--name-langs", nargs="+", default=list(NAME_LANGS))
     parser.add_argument("--no-portraits", dest="portraits", action="store_false",
                         help="sprites only (one pair per unit)")
     args = parser.parse_args(argv)
     roots = [r for r in args.root if r.is_dir()]
     units = collect(roots)
-    built = translated(units, roots, tuple(args.langs))
-    rows, portraits = [], set()
-    for k, unit in enumerate(built["units"]):
-        rows.append((k, "sprite", unit["image"]))
-        if args.portraits and unit["profile"] and unit["profile"] not in portraits:
-            portraits.add(unit["profile"])
-            rows.append((k, "portrait", unit["profile"]))
-    kept = [built["units"][k] for k, _, _ in rows]
-    args.out.mkdir(parents=True, exist_ok=True)
-    ids = [f"{u['source']}:{u['id']}:{view}" for u, (_, view, _) in zip(kept, rows)]
-    ids = [f"{i}#{ids[:n].count(i)}" if ids.count(i) > 1 else i for n, i in enumerate(ids)]
-    columns = {"id": ids,
-               "image": pa.array([sprite_png(path) for _, _, path in rows], pa.binary()),
-               "category": [u["race"] for u in kept], "view": [view for _, view, _ in rows],
-               "source": [u["source"] for u in kept]}
-    for lang in args.langs:
-        captions = [built["captions"][lang][k] for k, _, _ in rows]
-        pq.write_table(pa.table({**columns, "caption": captions}),
-                       args.out / f"wesnoth-{lang}.parquet")
-    print(json.dumps({"units_described": len(units), "units": len(built["units"]),
-                      "pairs": len(rows), "portraits": len(portraits),
-                      "languages": args.langs, "out": str(args.out),
-                      "races": len({u["race"] for u in kept})}))
+    print(json.dumps({"units_described": len(units)}))
+    for prefix, langs, names_only in (("wesnoth", args.langs, False),
+                                      ("wesnoth-names", args.name_langs, True)):
+        built = translated(units, roots, tuple(langs), names_only)
+        print(json.dumps(write(built, langs, args.out, prefix, args.portraits)))
 
 
 if __name__ == "__main__":
