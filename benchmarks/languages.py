@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -43,6 +44,9 @@ import pyarrow.parquet as pq
 from ncclean import api
 
 LANGS = ("en", "zh_CN", "de", "ja", "ru")
+#: The race words of Wesnoth's English unit names, for the ``--drop-race`` control.
+RACE = re.compile(r"\b(Dwarvish|Dwarven|Elvish|Elven|Orcish|Merman|Mermaid|Drake|Saurian|Goblin|"
+                  r"Troll|Naga|Dark|Undead|Gryphon|Wolf|Ogre|Human|Quenoth)\s+", re.I)
 VARIANTS = ("query", "passage", "abtt", "use", "query+use")
 
 
@@ -180,6 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--forms", nargs="+", default=["caption", "name"])
     parser.add_argument("--ratio", type=float, default=0.5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--drop-race", action="store_true",
+                        help="control: also score English captions with the race words removed "
+                             "(language en-norace)")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="ncclean-lang-"))
@@ -189,6 +196,10 @@ def main(argv: list[str] | None = None) -> None:
         return clipart(args.clipart, args.variants, work)
     clean = {lang: pq.read_table(args.clean / f"{args.prefix}-{lang}.parquet",
                                  columns=["id", "caption", "name"]) for lang in args.langs}
+    if args.drop_race:
+        stripped = {form: pa.array([RACE.sub("", c) for c in clean["en"][form].to_pylist()])
+                    for form in ("caption", "name")}
+        clean["en-norace"] = pa.table({"id": clean["en"]["id"], **stripped})
     by_image = image_vectors(args.clean / f"{args.prefix}-{args.langs[0]}.parquet", work)
     noisy = {seed: noisy_tables(args.clean, args.prefix, args.langs, args.ratio, seed, work)
              for seed in args.seeds}
@@ -196,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         for variant in args.variants:
             english = caption_vectors(clean["en"][form].to_pylist(), variant, work,
                                       f"{args.prefix}-en-{form}") if "en" in clean else None
-            for lang in args.langs:
+            for lang in clean:
                 texts = caption_vectors(clean[lang][form].to_pylist(), variant, work,
                                         f"{args.prefix}-{lang}-{form}")
                 line = {"corpus": args.prefix, "form": form, "variant": variant, "lang": lang}
@@ -204,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
                     line.update(to_english(texts, english))
                 scores = []
                 for tables in noisy.values():
-                    table = tables[lang]
+                    table = tables[lang.split("-")[0]]
                     if table["id"].to_pylist() != clean[lang]["id"].to_pylist():
                         raise SystemExit(f"{lang}: noisy rows are not the clean file's")
                     images = np.stack([by_image[b] for b in table["image"].to_pylist()])
