@@ -25,7 +25,9 @@ JSON line per (form, variant, language): the AUROC of ``clean_prob`` against ``n
 seed and their mean, and caption-only diagnostics against the English captions of the same
 pairs: the mean cosine of a caption with its English original after a least-squares map fitted
 on the other half (``map_cos``), and retrieval of the English original among the other half's
-(``to_en_r1``). ``--clipart`` runs the variants on an embedded noisy clip-art file instead.
+(``to_en_r1``). ``--clipart`` runs the variants on an embedded noisy clip-art file instead;
+``--mixed`` on one corpus whose rows' captions are spread over the languages, raw and with each
+language's (or script's) mean caption vector removed.
 """
 
 from __future__ import annotations
@@ -173,6 +175,53 @@ def clipart(embedded: Path, variants: list[str], work: Path) -> None:
                           "auroc": auroc(table, captions, images, texts, work)}), flush=True)
 
 
+def script(text: str) -> str:
+    """The Unicode script of a caption's first letter: ``LATIN``, ``CJK`` (Han and kana),
+    ``CYRILLIC``, ``ARABIC`` or ``OTHER``: a language group found without a label."""
+    import unicodedata
+
+    for char in text:
+        name = unicodedata.name(char, "")
+        for prefix, group in (("CJK", "CJK"), ("HIRAGANA", "CJK"), ("KATAKANA", "CJK"),
+                              ("CYRILLIC", "CYRILLIC"), ("ARABIC", "ARABIC"), ("LATIN", "LATIN")):
+            if name.startswith(prefix):
+                return group
+    return "OTHER"
+
+
+def centred(vectors: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The vectors with each group's mean replaced by the overall mean."""
+    out = vectors.copy()
+    for group in np.unique(groups):
+        out[groups == group] -= out[groups == group].mean(0)
+    return out + vectors.mean(0)
+
+
+def mixed(clean: dict, noisy: dict, by_image: dict, variants: list[str], prefix: str,
+          work: Path) -> None:
+    """One corpus in all the languages at once: row ``k``'s caption in language
+    ``langs[order[k] % len(langs)]`` (``order`` a permutation drawn with seed 0), scored raw,
+    centred per language (the label known) and centred per script (found from the text)."""
+    langs = [lang for lang in clean if "-" not in lang]
+    pick = np.random.default_rng(0).permutation(len(clean[langs[0]])) % len(langs)
+    captions = [clean[langs[p]]["caption"][k].as_py() for k, p in enumerate(pick)]
+    groups = np.array([script(c) for c in captions])
+    for variant in variants:
+        vectors = {lang: caption_vectors(clean[lang]["caption"].to_pylist(), variant, work,
+                                         f"{prefix}-{lang}-caption") for lang in langs}
+        texts = np.stack([vectors[langs[p]][k] for k, p in enumerate(pick)])
+        for arm, arm_texts in (("raw", texts), ("centred per language", centred(texts, pick)),
+                               ("centred per script", centred(texts, groups))):
+            scores = []
+            for tables in noisy.values():
+                table = tables[langs[0]]
+                images = np.stack([by_image[b] for b in table["image"].to_pylist()])
+                scores.append(auroc(table, captions, images, arm_texts.astype(np.float32), work))
+            print(json.dumps({"corpus": f"{prefix} mixed", "variant": variant, "arm": arm,
+                              "languages": langs, "auroc": scores,
+                              "auroc_mean": round(float(np.mean(scores)), 4)}), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clean", type=Path, default=Path("/work/corpora/wesnoth"))
@@ -187,6 +236,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--drop-race", action="store_true",
                         help="control: also score English captions with the race words removed "
                              "(language en-norace)")
+    parser.add_argument("--mixed", action="store_true",
+                        help="instead: one corpus with each row's caption in one of the languages")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="ncclean-lang-"))
@@ -203,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     by_image = image_vectors(args.clean / f"{args.prefix}-{args.langs[0]}.parquet", work)
     noisy = {seed: noisy_tables(args.clean, args.prefix, args.langs, args.ratio, seed, work)
              for seed in args.seeds}
+    if args.mixed:
+        return mixed(clean, noisy, by_image, args.variants, args.prefix, work)
     for form in args.forms:
         for variant in args.variants:
             english = caption_vectors(clean["en"][form].to_pylist(), variant, work,
