@@ -34,6 +34,8 @@ wrong); clip art's hand-labelled mismatches do (``benchmarks/results/natural-noi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 CONVENTION_COUNT = 3
@@ -59,51 +61,64 @@ def convention_share(text_group: np.ndarray) -> float:
     return float((counts[inverse] >= CONVENTION_COUNT).mean())
 
 
-def has_conventions(text_group: np.ndarray) -> bool:
-    """Whether the captions (``(n,) int64`` groups) make a corpus of conventions."""
-    return convention_share(text_group) >= CONVENTION_SHARE
-
-
 def entries(image_group: np.ndarray, text_group: np.ndarray) -> int:
     """The fewer of the distinct images and distinct captions among the pairs (``(n,) int64``
     groups each)."""
     return min(len(np.unique(image_group)), len(np.unique(text_group)))
 
 
-def trusted(image_group: np.ndarray, text_group: np.ndarray, width: int) -> bool:
-    """Whether a fit on these pairs (vectors of summed ``width``) is trusted: no conventions, and
-    at least :data:`TRUSTED_FIT_WIDTHS` widths of entries."""
-    return not has_conventions(text_group) \
-        and entries(image_group, text_group) >= TRUSTED_FIT_WIDTHS * width
+@dataclass(frozen=True)
+class CorpusShape:
+    """What the rules read from the pairs, read once per fit (:meth:`of`): the convention share,
+    the entries, the pairs and the vectors' summed ``width``; each ``auto`` setting is a property
+    of it."""
 
+    convention_share: float
+    entries: int
+    pairs: int
+    width: int
 
-def discounts(image_group: np.ndarray, text_group: np.ndarray, width: int) -> bool:
-    """``conventions=auto``: whether captions (and a pair's own memorisation) are discounted."""
-    return not trusted(image_group, text_group, width)
+    @classmethod
+    def of(cls, image_group: np.ndarray, text_group: np.ndarray, width: int) -> CorpusShape:
+        """The shape of pairs of images ``image_group`` and captions ``text_group`` (``(n,)
+        int64`` groups each), vectors of summed ``width``."""
+        return cls(convention_share(text_group), entries(image_group, text_group),
+                   len(text_group), width)
 
+    @property
+    def has_conventions(self) -> bool:
+        return self.convention_share >= CONVENTION_SHARE
 
-def _trusted_from(image_group: np.ndarray, text_group: np.ndarray, width: int,
-                  widths: float) -> bool:
-    return trusted(image_group, text_group, width) \
-        and entries(image_group, text_group) >= widths * width
+    def _entries_from(self, widths: float) -> bool:
+        return self.entries >= widths * self.width
 
+    @property
+    def trusted(self) -> bool:
+        """Whether a fit on these pairs is trusted: no conventions, and at least
+        :data:`TRUSTED_FIT_WIDTHS` widths of entries."""
+        return not self.has_conventions and self._entries_from(TRUSTED_FIT_WIDTHS)
 
-def ridge(image_group: np.ndarray, text_group: np.ndarray, width: int) -> float:
-    """``align_ridge=auto``: the CCA's ridge."""
-    if not trusted(image_group, text_group, width):
-        return RIDGE
-    return WIDE_RIDGE if _trusted_from(image_group, text_group, width, WIDE_RIDGE_WIDTHS) \
-        else TRUSTED_RIDGE
+    @property
+    def discounts(self) -> bool:
+        """``conventions=auto``: whether captions (and a pair's own memorisation) are
+        discounted."""
+        return not self.trusted
 
+    @property
+    def ridge(self) -> float:
+        """``align_ridge=auto``: the CCA's ridge."""
+        if not self.trusted:
+            return RIDGE
+        return WIDE_RIDGE if self._entries_from(WIDE_RIDGE_WIDTHS) else TRUSTED_RIDGE
 
-def dims(image_group: np.ndarray, text_group: np.ndarray, width: int) -> int:
-    """``align_dims=auto``: the CCA's directions."""
-    return WIDE_DIMS if _trusted_from(image_group, text_group, width, WIDE_DIMS_WIDTHS) \
-        else DIMS
+    @property
+    def dims(self) -> int:
+        """``align_dims=auto``: the CCA's directions."""
+        return WIDE_DIMS if self.trusted and self._entries_from(WIDE_DIMS_WIDTHS) else DIMS
 
-
-def cross_fits(image_group: np.ndarray, text_group: np.ndarray, width: int) -> bool:
-    """``rank=auto``: whether pairs are ranked by fits that did not see them."""
-    if entries(image_group, text_group) < SMALL_FIT_WIDTHS * width:
-        return True
-    return has_conventions(text_group) and len(text_group) < CROSS_FIT_WIDTHS * width
+    @property
+    def cross_fits(self) -> bool:
+        """``rank=auto``: whether pairs are ranked by fits that did not see them."""
+        if not self._entries_from(SMALL_FIT_WIDTHS):
+            return True
+        return self.has_conventions and self.pairs < CROSS_FIT_WIDTHS * self.width

@@ -66,12 +66,8 @@ from ncclean.methods.cca_rules import (
     WIDE_DIMS_WIDTHS,
     WIDE_RIDGE,
     WIDE_RIDGE_WIDTHS,
-    convention_share,
-    cross_fits,
-    discounts,
+    CorpusShape,
 )
-from ncclean.methods.cca_rules import dims as auto_dims
-from ncclean.methods.cca_rules import ridge as auto_ridge
 from ncclean.methods.conventions import (
     convention_discount,
     describe_discount,
@@ -241,12 +237,13 @@ class Clip(Method):
                 space = _fixed_space(embeddings)
         elif (source := raw_source(config)) is not None:
             raw = raw_embeddings(features)
-            embeddings, alignment, moments = self._aligned(raw, features)
+            shape = CorpusShape.of(features.image_group, features.text_group, _width(features))
+            embeddings, alignment, moments = self._aligned(raw, features, shape)
             if embeddings is None:
                 return self._unaligned(features, source, unalignable(moments))
             if alignment is not None:
                 source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"
-                space = _cca_space(raw, features, self._dims(features), alignment.ridge)
+                space = _cca_space(raw, features, alignment.dims, alignment.ridge)
             else:
                 space = _fixed_space(embeddings)
         elif self.align == "cca":
@@ -261,10 +258,9 @@ class Clip(Method):
         if alignment is not None:
             report["alignment"] = alignment.describe()
         discount = caption_discount = None
-        if alignment is not None and self._discounts(features, report):
+        if alignment is not None and self._discounts(shape, report):
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
-                                           features.text_group, self._dims(features),
-                                           alignment.ridge,
+                                           features.text_group, alignment.dims, alignment.ridge,
                                            seed=context.seed, total=moments)
             discount = convention_discount(similarity, held_out, features.text_group)
             caption_discount = repeated_caption_discount(discount, features.text_group,
@@ -274,7 +270,7 @@ class Clip(Method):
             space = _discounted(space, caption_discount)  # shuffled pairs keep their caption's
             report["conventions"] = describe_discount(discount, features.text_group)
         null: NullEstimate | None = None
-        if space is not None and alignment is not None and self._cross_fits(features):
+        if space is not None and alignment is not None and self._cross_fits(shape):
             null = null_noise_rate(space, features.image_group, features.text_group,
                                    folds=CROSS_FIT_FOLDS, sample=features.n_pairs,
                                    seed=context.seed, min_pairs=20)
@@ -330,37 +326,24 @@ class Clip(Method):
         return MethodResult(clean_prob=np.full(n, 0.5), columns={"clip_sim": similarity},
                             report=report, partition=np.full(n, VAGUE, dtype=object))
 
-    def _cross_fits(self, features: Features) -> bool:
+    def _cross_fits(self, shape: CorpusShape) -> bool:
         """Whether pairs are ranked by CCA fits that did not see them (``rank``;
-        :func:`~ncclean.methods.cca_rules.cross_fits`)."""
+        :attr:`~ncclean.methods.cca_rules.CorpusShape.cross_fits`)."""
         if self.rank != "auto":
             return self.rank == "cross-fitted"
-        return cross_fits(features.image_group, features.text_group, _width(features))
+        return shape.cross_fits
 
-    def _discounts(self, features: Features, report: dict) -> bool:
+    def _discounts(self, shape: CorpusShape, report: dict) -> bool:
         """Whether repeated captions are discounted (``conventions``;
-        :func:`~ncclean.methods.cca_rules.discounts`); ``auto``'s trust is noted in
+        :attr:`~ncclean.methods.cca_rules.CorpusShape.discounts`); ``auto``'s trust is noted in
         ``report``."""
         if self.conventions != "auto":
             return self.conventions != "trust"
-        if discounts(features.image_group, features.text_group, _width(features)):
+        if shape.discounts:
             return True
         report["conventions"] = {"trusted": "no conventions, enough distinct captions and images",
-                                 "convention_share": round(convention_share(features.text_group),
-                                                           4)}
+                                 "convention_share": round(shape.convention_share, 4)}
         return False
-
-    def _dims(self, features: Features) -> int:
-        """The CCA's directions (``align_dims``; :func:`~ncclean.methods.cca_rules.dims`)."""
-        if self.align_dims is not None:
-            return self.align_dims
-        return auto_dims(features.image_group, features.text_group, _width(features))
-
-    def _ridge(self, features: Features) -> float:
-        """The CCA's ridge (``align_ridge``; :func:`~ncclean.methods.cca_rules.ridge`)."""
-        if self.align_ridge is not None:
-            return self.align_ridge
-        return auto_ridge(features.image_group, features.text_group, _width(features))
 
     def _fits_cca(self, features: Features) -> bool:
         """Whether ``align`` asks for a CCA on these vector columns: ``cca``, or ``auto`` when
@@ -368,12 +351,13 @@ class Clip(Method):
         widths = features.image_data.shape[1], features.text_data.shape[1]
         return self.align == "cca" or (self.align == "auto" and widths[0] != widths[1])
 
-    def _aligned(self, embeddings: Embeddings, features: Features) \
+    def _aligned(self, embeddings: Embeddings, features: Features, shape: CorpusShape) \
             -> tuple[Embeddings | None, Alignment | None, PairSums | None]:
         """The embeddings in a CCA space fitted on the pairs, with the fit and the pairs'
         moments, where ``align`` asks for it; ``None``, ``None`` and the moments where it asks
         for one that the pairs cannot give (:func:`~ncclean.methods.align.unalignable`);
-        otherwise the embeddings as they are and ``None``, ``None``."""
+        otherwise the embeddings as they are and ``None``, ``None``. ``align_dims`` and
+        ``align_ridge`` left ``None`` are read from ``shape``."""
         widths = embeddings.images.shape[1], embeddings.texts.shape[1]
         if self.align == "none" and widths[0] != widths[1]:
             raise BadOptionError(
@@ -386,7 +370,9 @@ class Clip(Method):
                             features.text_group)
         if unalignable(moments) is not None:
             return None, None, moments
-        alignment = alignment_from_sums(moments, self._dims(features), self._ridge(features))
+        alignment = alignment_from_sums(
+            moments, shape.dims if self.align_dims is None else self.align_dims,
+            shape.ridge if self.align_ridge is None else self.align_ridge)
         dtype = kept_dtype(features)
         return Embeddings(images=alignment.project_images(embeddings.images, dtype),
                           texts=alignment.project_texts(embeddings.texts, dtype)), alignment, \

@@ -6,17 +6,33 @@ from ncclean.methods.cca_rules import (
     TRUSTED_RIDGE,
     WIDE_DIMS,
     WIDE_RIDGE,
+    CorpusShape,
     convention_share,
-    cross_fits,
-    dims,
-    discounts,
-    has_conventions,
-    ridge,
 )
 
 PICTURES = np.arange(1000)
 NAMES = np.arange(1000)  # every picture named on its own
 COLLECTION = np.r_[np.zeros(100, int), np.arange(1, 901)]  # one label on 10% of the pairs
+
+
+def has_conventions(text_group):
+    return CorpusShape.of(np.arange(len(text_group)), text_group, 1).has_conventions
+
+
+def discounts(image_group, text_group, width):
+    return CorpusShape.of(image_group, text_group, width).discounts
+
+
+def ridge(image_group, text_group, width):
+    return CorpusShape.of(image_group, text_group, width).ridge
+
+
+def dims(image_group, text_group, width):
+    return CorpusShape.of(image_group, text_group, width).dims
+
+
+def cross_fits(image_group, text_group, width):
+    return CorpusShape.of(image_group, text_group, width).cross_fits
 
 
 def test_conventions_are_captions_three_or_more_pairs_share():
