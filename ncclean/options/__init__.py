@@ -30,6 +30,7 @@ PathLike = str | os.PathLike
 
 FINETUNE = ("heads", "full")
 SIGNIFICANCE = ("specificity", "update", "off")
+DONORS = ("clean", "corpus")  # StageOptions.donors: ncclean.stages.pseudocaption.donor_pool
 WRITES = ("all", "scores")
 
 
@@ -87,7 +88,7 @@ class StageOptions:
             raise BadOptionError(f"--significance must be one of specificity, update or off, "
                                  f"got {self.significance!r}")
         _at_least("--significance-passes", self.significance_passes, 1)
-        if self.donors not in ("clean", "corpus"):
+        if self.donors not in DONORS:
             raise BadOptionError(f"--donors must be clean or corpus, got {self.donors!r}")
 
 

@@ -83,8 +83,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     if pseudo_captions and stages.donor is not None:
         # a caption the sample's suggestions filled (its share, stages.pseudocaption.donor_cap)
         # is a hub of the space: it is not offered to applied pairs
-        pool = candidates if stages.pool is None else stages.pool
-        refs = np.flatnonzero(pool & ~full_donors(stages.donor, features.text_group))
+        refs = np.flatnonzero(stages.pool & ~full_donors(stages.donor, features.text_group))
         _, first = np.unique(features.text_group[refs], return_index=True)
         refs = refs[np.sort(first)]
         noisy = int((parts == "noisy").sum())  # the corpus's, when the sample is part of it

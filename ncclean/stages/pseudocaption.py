@@ -31,7 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ncclean.data.results import CLEAN, CLEAN_INSIGNIFICANT, INVALID
 from ncclean.models.features import Features
+from ncclean.options import DONORS
 from ncclean.seeds import derive_rng
 from ncclean.stages.index import (
     best_reference,
@@ -140,12 +142,9 @@ def _random_caption_floor(space: DonorSpace, query_rows: np.ndarray, donor_rows:
     return float(np.percentile(np.einsum("nd,nd->n", queries, keys), quantile))
 
 
-DONOR_POOLS = ("clean", "corpus")
-
-
-def donor_pool(pool: str, parts: np.ndarray, text_group: np.ndarray, valid: np.ndarray,
-               clean: tuple[str, ...], insignificant: str) -> np.ndarray:
-    """``(n,) bool``: the pairs whose captions may be suggested. ``clean``: the clean partitions'
+def donor_pool(pool: str, parts: np.ndarray, text_group: np.ndarray) -> np.ndarray:
+    """``(n,) bool``: the pairs (partitions ``parts``, captions ``text_group``) whose captions may
+    be suggested, by ``pool`` (:data:`ncclean.options.DONORS`). ``clean``: the clean partitions'
     captions. ``corpus``: every valid pair's caption except the generic ones, a caption being
     generic when one of its pairs was judged clean but insignificant, or when it is repeated and
     none of its pairs is clean (a label no image was found to fit). With noise injected by
@@ -153,15 +152,16 @@ def donor_pool(pool: str, parts: np.ndarray, text_group: np.ndarray, valid: np.n
     holds it. On clip art at 50% it cut collection labels among the suggestions from 12% to 3%
     but right ones from 17% to 13.5%, judged by eye (``benchmarks/results/stages.md``), so
     ``clean`` is the default."""
-    is_clean = np.isin(parts, list(clean))
+    is_clean = np.isin(parts, list(CLEAN))
     if pool == "clean":
         return is_clean
-    if pool not in DONOR_POOLS:
-        raise ValueError(f"donor pool must be one of {DONOR_POOLS}, got {pool!r}")
+    if pool not in DONORS:
+        raise ValueError(f"donor pool must be one of {DONORS}, got {pool!r}")
+    valid = parts != INVALID
     n_groups = int(text_group.max(initial=-1)) + 1
     uses = np.bincount(text_group[valid], minlength=n_groups)
     has_clean = np.bincount(text_group[is_clean], minlength=n_groups) > 0
-    dull = np.bincount(text_group[parts == insignificant], minlength=n_groups) > 0
+    dull = np.bincount(text_group[parts == CLEAN_INSIGNIFICANT], minlength=n_groups) > 0
     generic = dull | ((uses > 1) & ~has_clean)
     return valid & ~generic[text_group]
 

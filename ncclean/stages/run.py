@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ncclean.data.results import CLEAN, CLEAN_INSIGNIFICANT, CLEAN_SIGNIFICANT, INVALID, NOISY
+from ncclean.data.results import CLEAN_INSIGNIFICANT, CLEAN_SIGNIFICANT, NOISY
 from ncclean.options import StageOptions
 from ncclean.progress import Progress, no_progress
 
@@ -70,8 +70,7 @@ def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
         stages.report["significance"] = report
     if options.pseudo_captions:
         space = result.donor_space or matcher_space(embeddings, features)
-        pool = donor_pool(options.donors, parts, features.text_group, parts != INVALID, CLEAN,
-                          CLEAN_INSIGNIFICANT)
+        pool = donor_pool(options.donors, parts, features.text_group)
         donor, donor_score, report = pseudo_captions(space, features, parts == NOISY, pool,
                                                      seed=seed)
         report["pool"] = options.donors
