@@ -220,7 +220,9 @@ class ScoreRequest:
     """One ``score`` run as asked: built once from the options (:func:`ncclean.api.score`) and
     carried whole through the pipeline, which reads what it needs from it; the run record's
     ``options`` are written from it (:meth:`options`). ``device`` is ``run.device`` resolved;
-    ``given``: the options named on the command line (a saved fit refuses one it fixes)."""
+    ``given``: the options named on the command line (a saved fit refuses one it fixes);
+    ``corpus_pairs``: when ``input`` is the fit sample of a larger corpus, the corpus's pairs
+    (the stages share their search budget among them)."""
 
     input: Any
     output: Any
@@ -236,6 +238,7 @@ class ScoreRequest:
     given: frozenset[str] = frozenset()
     started: str = ""
     argv: tuple[str, ...] = ()
+    corpus_pairs: int | None = None
 
     def provenance(self, files: list, root) -> dict:
         """The run record's provenance: ``started`` (UTC, ISO 8601), ``argv`` (the command

@@ -32,7 +32,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     """A :class:`Fit` from ``state`` (what ``score_corpus`` hands ``on_scored``), ``method`` the
     fitted method object; ``n_corpus``: the pairs the fit will be applied to, when more than
     the sample (the donors kept are as many as the stage's budget allows for that many)."""
-    from ncclean.stages import reference_cap
+    from ncclean.stages import corpus_queries, reference_cap
     from ncclean.stages.index import reference_limit
     from ncclean.stages.significance import confident_pool
 
@@ -74,8 +74,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
     if significance_mode == "specificity" and stages.significance is not None:
         # as one pass: the budget is shared by the clean pairs of the corpus the fit applies to
         clean = int(candidates.sum())
-        size = min(SIGNIFICANCE_BANK, reference_cap(
-            clean if n_corpus is None else clean * n_corpus // max(1, n)))
+        size = min(SIGNIFICANCE_BANK, reference_cap(corpus_queries(clean, n, n_corpus)))
         pool = confident_pool(clean_prob, candidates, SIGNIFICANCE_THRESHOLD, size, seed)
         groups = np.unique(features.image_group[pool])
         arrays["pool.images"] = embeddings.images[groups].astype(np.float32)
@@ -87,7 +86,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         _, first = np.unique(features.text_group[refs], return_index=True)
         refs = refs[np.sort(first)]
         noisy = int((parts == "noisy").sum())  # the corpus's, when the sample is part of it
-        queries = noisy if n_corpus is None else noisy * n_corpus // max(1, n)
+        queries = corpus_queries(noisy, n, n_corpus)
         cap = reference_limit(queries)
         if len(refs) > cap:
             refs = np.sort(np.random.default_rng([seed, 67]).choice(refs, cap, replace=False))

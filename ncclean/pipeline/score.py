@@ -261,7 +261,7 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
         if result.partition is None else np.asarray(result.partition, dtype=object).copy()
     added = run_stages(result, features, clean_prob, parts, stages,
                        rare=counts <= resolved.rare_count, seed=run.seed, device=device,
-                       progress=progress)
+                       corpus_pairs=request.corpus_pairs, progress=progress)
     seconds["stages"] = time.perf_counter() - staged
     if on_scored is not None and on_scored({
             "corpus": corpus, "features": features, "result": result, "clean_prob": clean_prob,

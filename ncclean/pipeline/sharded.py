@@ -310,7 +310,8 @@ def _fit(request: ScoreRequest, shards, scan: IdScan, id_name: str, scratch: Pat
                  held_out if chosen.application.held_out else None)
     total = scan.total
     states: dict = {}
-    score_corpus(request.but(input=sample, output=scratch / "sample-scored.parquet"), progress,
+    score_corpus(request.but(input=sample, output=scratch / "sample-scored.parquet",
+                             corpus_pairs=total), progress,
                  on_scored=lambda state: states.update(state) or True)  # kept, not written
     from ncclean.pipeline.fit import check_towers_apply
 

@@ -35,6 +35,7 @@ from ncclean.data.results import CLEAN, CLEAN_INSIGNIFICANT, INVALID
 from ncclean.models.features import Features
 from ncclean.options import DONORS
 from ncclean.seeds import derive_rng
+from ncclean.stages import corpus_queries
 from ncclean.stages.index import (
     best_reference,
     index_available,
@@ -173,8 +174,8 @@ def donor_cap(n_suggestions: int) -> int:
 
 
 def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
-                    donors: np.ndarray, seed: int = 0,
-                    cap: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+                    donors: np.ndarray, seed: int = 0, cap: bool = True,
+                    corpus_pairs: int | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """Donor pair and score for every ``noisy`` pair, searched among ``donors``, each donor
     suggested for at most :func:`donor_cap` pairs (``cap``): a pair whose best donor is full
     (taken by pairs it fits better) gets its best donor among the others. On clip art at 50%
@@ -186,7 +187,9 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
     suggestion) and a report (threshold, coverage, how many donors were searched, the most
     pairs one donor got, and beyond the stages' search budget,
     :data:`ncclean.stages.SEARCH_BUDGET`, how: ``search`` is ``index`` or, without the index
-    library, ``sample``, a seeded sample of the donors).
+    library, ``sample``, a seeded sample of the donors). ``corpus_pairs``: the corpus the
+    pairs are a fit sample of, whose noisy pairs share that budget
+    (:func:`ncclean.stages.corpus_queries`).
     """
     n = features.n_pairs
     donor = np.full(n, -1, dtype=np.int64)
@@ -209,14 +212,15 @@ def pseudo_captions(space: DonorSpace, features: Features, noisy: np.ndarray,
         min_score = min(float(np.percentile(own, 5)),
                         _random_caption_floor(space, query_rows, searched, seed))
     donor_rows = searched
-    limit = reference_limit(len(query_rows))
+    queries = corpus_queries(len(query_rows), n, corpus_pairs)
+    limit = reference_limit(queries)
     if len(donor_rows) > limit:
         if not index_available():
             report |= sample_note()
         donor_rows = np.sort(derive_rng(seed, "donor-sample").choice(donor_rows, limit,
                                                                      replace=False))
     report["searched_donors"] = int(len(donor_rows))
-    indexed = over_budget(len(query_rows), len(donor_rows)) and index_available()
+    indexed = over_budget(queries, len(donor_rows)) and index_available()
     if indexed:
         report |= index_note()
     best, best_score = _capped(space, query_rows, donor_rows, features.text_group, min_score,

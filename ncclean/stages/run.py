@@ -36,11 +36,13 @@ def significance_mode(options: StageOptions, result) -> str:
 
 def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
                options: StageOptions, rare: np.ndarray, *, seed: int = 0, device: str = "cpu",
-               progress: Progress = no_progress) -> StageResults:
+               corpus_pairs: int | None = None, progress: Progress = no_progress
+               ) -> StageResults:
     """Run the stages on a method's ``result`` over ``features``: ``clean_prob`` and ``parts``
     (``(n,)`` partition names, moved from clean_significant to clean_insignificant in place) per
     pair. ``rare`` (``(n,) bool``): pairs whose caption is rare (the cut's ``rare_count``), which
-    specificity leaves significant."""
+    specificity leaves significant. ``corpus_pairs``: the corpus ``features`` are a fit sample
+    of, whose pairs share the stages' search budget (:func:`ncclean.stages.corpus_queries`)."""
     from ncclean.stages.pseudocaption import donor_pool, matcher_space, pseudo_captions
     from ncclean.stages.significance import SignificanceConfig, significance
     from ncclean.train.scoring import embed as embed_pairs
@@ -59,7 +61,7 @@ def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
         values, report = significance(
             result.matcher, features, clean_prob, clean,
             SignificanceConfig(mode=mode, passes=options.significance_passes), seed=seed,
-            device=device, embeddings=embeddings, progress=progress)
+            device=device, embeddings=embeddings, corpus_pairs=corpus_pairs, progress=progress)
         # Specificity cannot tell a caption that says nothing from one the space has not
         # learned; a caption used on at most rare_count images is no collection name, so it
         # stays significant (measured in benchmarks/journal.md, "Training on
@@ -72,7 +74,7 @@ def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
         space = result.donor_space or matcher_space(embeddings, features)
         pool = donor_pool(options.donors, parts, features.text_group)
         donor, donor_score, report = pseudo_captions(space, features, parts == NOISY, pool,
-                                                     seed=seed)
+                                                     seed=seed, corpus_pairs=corpus_pairs)
         report["pool"] = options.donors
         stages.donor, stages.donor_score, stages.pool = donor, donor_score, pool
         stages.report["pseudo_captions"] = report

@@ -43,7 +43,7 @@ from ncclean.models.features import Features
 from ncclean.models.linear import linear
 from ncclean.progress import Progress, no_progress
 from ncclean.seeds import derive_rng
-from ncclean.stages import reference_cap
+from ncclean.stages import corpus_queries, reference_cap
 from ncclean.train.probe import Probe, confident_pool, memory_entries, nearest_in_pool
 from ncclean.train.scoring import Embeddings, embed
 
@@ -181,9 +181,12 @@ def update_ratio(matcher, features: Features, clean_prob: np.ndarray, candidates
 def significance(matcher, features: Features, clean_prob: np.ndarray, candidates: np.ndarray,
                  config: SignificanceConfig = SignificanceConfig(), *, seed: int = 0,
                  device: str = "cpu", embeddings: Embeddings | None = None,
+                 corpus_pairs: int | None = None,
                  progress: Progress = no_progress) -> tuple[np.ndarray, dict]:
     """Significance of every candidate pair (``candidates``: ``(n,) bool``, usually the pairs
-    partitioned clean), ``(n,) float64`` with NaN elsewhere, and a report for the sidecar."""
+    partitioned clean), ``(n,) float64`` with NaN elsewhere, and a report for the sidecar.
+    ``corpus_pairs``: the corpus the pairs are a fit sample of, whose candidates share the
+    search budget (:func:`ncclean.stages.corpus_queries`)."""
     if config.mode not in MODES:
         raise ValueError(f"significance mode must be one of {MODES}, got {config.mode!r}")
     out = np.full(features.n_pairs, np.nan)
@@ -193,7 +196,8 @@ def significance(matcher, features: Features, clean_prob: np.ndarray, candidates
         embeddings = embed(matcher, features, device)
     size = config.bank_size
     if config.mode == "specificity":  # every candidate against the whole pool
-        size = min(size, reference_cap(int(candidates.sum())))
+        size = min(size, reference_cap(corpus_queries(int(candidates.sum()), features.n_pairs,
+                                                      corpus_pairs)))
     pool = confident_pool(clean_prob, candidates, config.bank_threshold, size, seed)
     report: dict = {"mode": config.mode, "pool": int(len(pool))}
     if config.mode == "specificity":

@@ -313,3 +313,28 @@ def test_a_fit_keeps_its_donor_pool_and_refuses_another(tmp_path):
               scale=ScaleOptions(fit=tmp_path / "fit"))
     score(tmp_path / "in.parquet", tmp_path / "applied", "clip", columns=COLUMNS, seed=1,
           cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))  # left out: the fit's
+
+
+def test_a_sample_pair_and_its_applied_copy_get_the_same_significance(monkeypatch, tmp_path):
+    """The sample's stages share the search budget with the whole corpus, as the application
+    does: with a budget small enough to cap the pool, a sample pair's significance is what the
+    fit gives the same pair applied under another id."""
+    import ncclean.stages
+
+    monkeypatch.setattr(ncclean.stages, "SEARCH_BUDGET", 5000)
+    monkeypatch.setattr(ncclean.stages, "MIN_REFERENCES", 4)
+    write_shards(vector_table(800, seed=3), tmp_path / "in", 2)
+    run(tmp_path / "in", tmp_path / "out", fit_sample=200, save_fit=tmp_path / "fit")
+    out = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))])
+    sample = out.filter(pa.array(sample_positions(load_fit(tmp_path / "fit"), tmp_path / "out")
+                                 >= 0))
+    copies = sample.select(["id", "caption", "img", "txt"]).set_column(
+        0, "id", pa.array([f"{i}-copy" for i in sample.column("id").to_pylist()]))
+    pq.write_table(copies, tmp_path / "copies.parquet")
+    run(tmp_path / "copies.parquet", tmp_path / "applied.parquet", fit=tmp_path / "fit")
+    fitted = np.array(sample.column("significance").to_pylist(), dtype=float)
+    applied = np.array(pq.read_table(tmp_path / "applied.parquet").column("significance")
+                       .to_pylist(), dtype=float)
+    both = np.isfinite(fitted) & np.isfinite(applied)
+    assert both.sum() > 100
+    np.testing.assert_allclose(fitted[both], applied[both], rtol=0, atol=1e-6)
