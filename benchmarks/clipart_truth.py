@@ -28,26 +28,25 @@ def top_category(categories: list[str | None]) -> np.ndarray:
     return np.array([(c or "").split("/")[0] for c in categories], dtype=object)
 
 
-def original_captions(clean: Path) -> dict[int, set[str]]:
-    """Image group (numbered as ``ncclean inject-noise`` numbers them) -> its captions."""
-    from ncclean.data.corpus import read_corpus
-
-    corpus = read_corpus(clean)
-    out: dict[int, set[str]] = {}
-    for group, caption in zip(corpus.image_group.tolist(), corpus.captions):
-        out.setdefault(group, set()).add(caption)
+def original_captions(table: dict) -> dict:
+    """Image -> its captions before the noise, from a noisy or scored file's columns
+    (``original_image_id``: the image ``ncclean inject-noise`` found the row's caption with;
+    captions stay in their rows)."""
+    out: dict = {}
+    for image, caption in zip(table["original_image_id"], table["caption"]):
+        out.setdefault(image, set()).add(caption)
     return out
 
 
-def pseudo_caption_quality(scored: Path, clean: Path,
-                           donor_rows: np.ndarray | None = None) -> dict[str, float]:
+def pseudo_caption_quality(scored: Path, donor_rows: np.ndarray | None = None) -> dict[str, float]:
     """Coverage and quality of the pseudo-captions of a scored clip-art file whose noise was
     injected with ``--move-with-image category`` (so ``category`` describes the image).
 
     ``donor_rows``: ``(n,)`` donor row per row (-1 for none) to judge instead of the file's own
     ``pseudo_caption_id`` (for comparing donor searches on the same partitions)."""
-    table = pq.read_table(scored, columns=["image_id", "caption", "category", "partition",
-                                           "pseudo_caption_id", "id", "noisy_gt"]).to_pydict()
+    table = pq.read_table(scored, columns=["image_id", "original_image_id", "caption", "category",
+                                           "partition", "pseudo_caption_id", "id",
+                                           "noisy_gt"]).to_pydict()
     partition = np.array(table["partition"], dtype=object)
     noisy = partition == "noisy"
     category = top_category(table["category"])
@@ -62,7 +61,7 @@ def pseudo_caption_quality(scored: Path, clean: Path,
     values, counts = np.unique(category[clean_rows], return_counts=True)
     share = dict(zip(values, counts / counts.sum()))
     random_agreement = float(np.mean([share.get(c, 0.0) for c in category[suggested]]))
-    originals = original_captions(clean)
+    originals = original_captions(table)
     exact = [table["caption"][donor_rows[r]] in originals.get(table["image_id"][r], set())
              for r in np.flatnonzero(suggested)]
     truly_noisy = np.array(table["noisy_gt"], dtype=bool)
@@ -77,31 +76,6 @@ def pseudo_caption_quality(scored: Path, clean: Path,
                     category[suggested & truly_noisy])) if (suggested & truly_noisy).any()
         else float("nan"),
     }
-
-
-def nearest_caption_donors(scored: Path, matcher_path: Path) -> np.ndarray:
-    """Donor rows of the plain nearest-caption search (the matcher's joint space) on the
-    partitions of ``scored``: the baseline a method's own donor space must match."""
-    from ncclean.data.cache import default_cache_dir
-    from ncclean.data.corpus import read_corpus
-    from ncclean.models.checkpoint import load_matcher
-    from ncclean.models.features import build_features
-    from ncclean.stages.pseudocaption import matcher_space, pseudo_captions
-    from ncclean.train.scoring import embed
-
-    matcher = load_matcher(matcher_path)
-    corpus = read_corpus(scored, image_size=matcher.config.image_size,
-                         cache_dir=default_cache_dir())
-    features = build_features(corpus, matcher.config, cache_dir=default_cache_dir())
-    partition = np.array(pq.read_table(scored, columns=["partition"]).column(0).to_pylist(),
-                         dtype=object)[features.rows]
-    donor, _, _ = pseudo_captions(matcher_space(embed(matcher, features), features), features,
-                                  partition == "noisy",
-                                  np.isin(partition, ["clean_significant", "clean_insignificant"]))
-    out = np.full(corpus.n_pairs, -1, dtype=np.int64)
-    has = donor >= 0
-    out[features.rows[has]] = features.rows[donor[has]]
-    return out
 
 
 def boilerplate_landing(scored: Path) -> dict[str, float]:

@@ -13,11 +13,12 @@ Bar: AUROC within 0.003 of fp32's and the same partition on at least 99% of pair
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+
+from ncclean.api import detection_metrics
 
 
 def read(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -28,9 +29,6 @@ def read(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def main() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ncclean
-    from ncclean.evaluate.detection import detection_metrics
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reference", type=Path, help="the fp32 run's scored file")
     parser.add_argument("others", type=Path, nargs="+")

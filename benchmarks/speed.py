@@ -104,9 +104,7 @@ def matmul_gflops(size: int = 2048, repeats: int = 5, path: str = "best") -> flo
     a = torch.randn(size, size)
     b = torch.randn(size, size)
     if path == "onednn":
-        from ncclean.models import linear
-
-        if not linear.kernel_available():
+        if not onednn_available():
             return math.nan
 
         def product():
@@ -121,6 +119,20 @@ def matmul_gflops(size: int = 2048, repeats: int = 5, path: str = "best") -> flo
         product()
         best = min(best, time.perf_counter() - began)
     return 2 * size**3 / best / 1e9
+
+
+def onednn_available() -> bool:
+    """Whether this torch has oneDNN's dense linear kernel on this machine (x86 builds with
+    oneDNN), as :mod:`ncclean.models.linear` asks before training with it."""
+    import torch
+
+    if platform.machine().lower() not in ("x86_64", "amd64") \
+            or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        return torch.ops.mkldnn._linear_pointwise is not None
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def matmul_ceilings(size: int = 2048, repeats: int = 5) -> tuple[float, float]:

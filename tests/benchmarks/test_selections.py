@@ -29,3 +29,13 @@ def test_rules(rule, kept):
 def test_unknown_rule():
     with pytest.raises(ValueError, match="unknown rule"):
         select(PARTITION, NOISY, RARE, "everything")
+
+
+def test_caption_counts_count_as_the_cut_does():
+    # the script's own count, against the one score's --rare-clean-above uses
+    from benchmarks.selections import caption_counts
+    from ncclean.data.corpus import text_groups
+    from ncclean.stages.partition import caption_counts as cut_counts
+
+    captions = ["A  cat", "a cat ", "a dog", "A DOG", "a\tdog", "bird", "Bird s", ""]
+    assert caption_counts(captions).tolist() == cut_counts(text_groups(captions)).tolist()

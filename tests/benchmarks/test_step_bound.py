@@ -1,14 +1,10 @@
-"""``benchmarks/step_bound.py``: a step's products and its dispatch, taken apart."""
+"""``benchmarks/kernels/step_bound.py``: a step's products and its dispatch, taken apart."""
 
 import argparse
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # its siblings
-
-from benchmarks.step_bound import bound_rows, render  # noqa: E402
+from benchmarks.kernels.step_bound import bound_rows, render  # puts its siblings on sys.path
 
 
 def test_a_step_splits_into_its_products_and_its_dispatch():

@@ -34,10 +34,10 @@ What it reports, per method:
 
 Examples::
 
-    python benchmarks/throughput.py                       # every method, 20,000 pairs
-    python benchmarks/throughput.py --methods gmm --pairs 100000 --threads 2
-    python benchmarks/throughput.py --methods gmm pc2 --profile
-    OMP_NUM_THREADS=2 python benchmarks/throughput.py --threads 2 --runs 3   # the bars, alone
+    python benchmarks/kernels/throughput.py                       # every method, 20,000 pairs
+    python benchmarks/kernels/throughput.py --methods gmm --pairs 100000 --threads 2
+    python benchmarks/kernels/throughput.py --methods gmm pc2 --profile
+    OMP_NUM_THREADS=2 python benchmarks/kernels/throughput.py --threads 2 --runs 3  # the bars
 """
 
 from __future__ import annotations
@@ -54,10 +54,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from speed import matmul_ceilings, matmul_gflops  # the ceiling, as speed.py measures it
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # measure the checkout this script lives in
+# measure the checkout this script lives in; speed.py one folder up
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]
+
+# the ceiling, as speed.py measures it
+from speed import matmul_ceilings, matmul_gflops  # noqa: E402
+
 DIM = 512
 LATENT = 64
 NOISE = 0.2
@@ -384,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
                             text=True, cwd=HERE).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True, cwd=HERE).stdout.strip()
-    print(f"command: {shlex.join(['python', 'benchmarks/throughput.py', *shown])}")
+    print(f"command: {shlex.join(['python', 'benchmarks/kernels/throughput.py', *shown])}")
     print(f"commit: {commit}{' (modified)' if dirty else ''}; load average before: "
           f"{Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
     rows = []

@@ -5,7 +5,8 @@ every epoch, the detection AUROC of the division loss (fixed pool and fixed batc
 pair's cosine, of the GMM posterior, and of the loss averaged over the epochs so far. This is the
 memorisation curve behind the ``gmm`` method's choices (augmentation, epoch rule, ``final``).
 
-    python benchmarks/warmup_curve.py NOISY.parquet --epochs 20 [--no-augment] [--text-encoder e5]
+    python benchmarks/kernels/warmup_curve.py NOISY.parquet --epochs 20 [--no-augment] \\
+        [--text-encoder e5]
         [--image-emb-col image_emb]
 
 NOISY.parquet needs a ``noisy_gt`` column (``ncclean inject-noise``).

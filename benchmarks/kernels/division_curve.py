@@ -9,9 +9,10 @@ the default), the last division's (``final=last``, the papers'), and the loss av
 divisions. pc2 also gets the AUROC of its class-agreement signal, the cross-entropy of the
 image's class prediction against the caption's (not used by the method).
 
-    python benchmarks/division_curve.py NOISY.parquet --method gmm --seed 1 [-p noisy_from=1.0]
-    python benchmarks/division_curve.py NOISY.parquet --method pc2 --seed 1 --save curve.npz
-    python benchmarks/division_curve.py NOISY.parquet --method gmm --scratch   # CNN + word GRU
+    python benchmarks/kernels/division_curve.py NOISY.parquet --method gmm --seed 1 \\
+        [-p noisy_from=1.0]
+    python benchmarks/kernels/division_curve.py NOISY.parquet --method pc2 --seed 1 --save curve.npz
+    python benchmarks/kernels/division_curve.py NOISY.parquet --method gmm --scratch  # CNN + GRU
 
 NOISY.parquet needs a ``noisy_gt`` column (``ncclean inject-noise``, or the ``noisy-*.parquet``
 that ``benchmarks/quality.py`` leaves in its work folder).

@@ -19,7 +19,7 @@ Where products + narrow step exceed allowed, no eager step of this code at this 
 reaches the share: the arithmetic outside the products (activations, the optimiser's and the
 clipping's passes over the weights, copies) comes on top.
 
-    OMP_NUM_THREADS=2 python benchmarks/step_bound.py --threads 2
+    OMP_NUM_THREADS=2 python benchmarks/kernels/step_bound.py --threads 2
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # measure the checkout this script lives in
+# measure the checkout this script lives in; speed.py one folder up, throughput.py beside it
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent), str(HERE)]
 
 from speed import matmul_gflops  # noqa: E402
 from throughput import step_objective, vector_corpus  # noqa: E402
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     shown = argv if argv is not None else sys.argv[1:]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=HERE).stdout.strip()
-    print(f"command: {shlex.join(['python', 'benchmarks/step_bound.py', *shown])}")
+    print(f"command: {shlex.join(['python', 'benchmarks/kernels/step_bound.py', *shown])}")
     ceiling = matmul_gflops()
     print(f"commit: {commit}; threads {torch.get_num_threads()}; ceiling {ceiling:.0f} GFLOP/s",
           flush=True)

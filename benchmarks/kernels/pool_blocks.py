@@ -2,7 +2,8 @@
 ``pipeline/apply.py`` computes specificity, timed for several block sizes, with a check that
 every row's value is the same whatever its block.
 
-    OMP_NUM_THREADS=2 python benchmarks/pool_blocks.py [--candidates 60000 --pool 2551 --dim 512]
+    OMP_NUM_THREADS=2 python benchmarks/kernels/pool_blocks.py \\
+        [--candidates 60000 --pool 2551 --dim 512]
 
 A million-pair fit (250,000 sampled) keeps a pool of 2,551 images; the default is that case.
 """

@@ -1,8 +1,9 @@
 """Nearest-neighbour indexes for the stages' reference sets: faiss and usearch (issue 38).
 
-    OMP_NUM_THREADS=1 python benchmarks/ann_index.py           # the 100k table of ann-index.md
-    OMP_NUM_THREADS=1 python benchmarks/ann_index.py --donors 20000  # a quick look
-    OMP_NUM_THREADS=1 python benchmarks/ann_index.py --pool 20000 --queries 100000  # specificity
+    OMP_NUM_THREADS=1 python benchmarks/kernels/ann_index.py  # the 100k table of ann-index.md
+    OMP_NUM_THREADS=1 python benchmarks/kernels/ann_index.py --donors 20000  # a quick look
+    OMP_NUM_THREADS=1 python benchmarks/kernels/ann_index.py --pool 20000 \\
+        --queries 100000  # specificity
 
 For each data set (``clustered`` and ``diffuse``: caption vectors around topics, each query an image
 vector near one donor; ``isotropic``: uniform on the sphere, where no neighbour is near and any

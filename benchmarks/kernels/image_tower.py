@@ -33,10 +33,11 @@ cheap quality proxy: leave-one-out nearest-neighbour accuracy (cosine) of the ve
 images' top-level category. Results:
 ``benchmarks/results/image-tower.md``. The lead's rerun, alone on the machine::
 
-    OMP_NUM_THREADS=2 python benchmarks/image_tower.py /work/shared/data/clipart/clipart.parquet
+    OMP_NUM_THREADS=2 python benchmarks/kernels/image_tower.py \\
+        /work/shared/data/clipart/clipart.parquet
 
 On a loaded machine, one thread timed by CPU time says what the code does without the load:
-``OMP_NUM_THREADS=1 python benchmarks/image_tower.py ... --cpu-time``.
+``OMP_NUM_THREADS=1 python benchmarks/kernels/image_tower.py ... --cpu-time``.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ def print_ranges(name: str, path: Path) -> None:
 
 def main() -> None:
     global clock
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ncclean
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's ncclean
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus", type=Path)
     parser.add_argument("--n", type=int, default=1000)

@@ -5,7 +5,8 @@ Takes a file scored with ``--significance off --no-pseudo-captions --save-matche
 requested setting, reporting how long they take, where the correct boilerplate pairs land, how
 stable SDD's update ratio is across passes, and the pseudo-captions' quality.
 
-    python benchmarks/stages.py SCORED.parquet --matcher M.safetensors --clean clipart.parquet \\
+    python benchmarks/kernels/stages.py SCORED.parquet --matcher M.safetensors \\
+        --clean clipart.parquet \\
         --modes specificity update --passes 1 3 5
 """
 
@@ -13,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-from clipart_truth import is_boilerplate, top_category
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # clipart_truth.py one folder up
+
+from clipart_truth import is_boilerplate, top_category  # noqa: E402
 
 from ncclean.data.cache import default_cache_dir
 from ncclean.data.corpus import read_corpus
