@@ -30,7 +30,7 @@ _ONE = [1, 1]
 _RELU6_SCALE = 6.0 / 255
 # The residual stream's range, block by block (the projections' outputs, the residual added), per
 # weight file: the range minimising the uint8 rounding's squared error on 128 clip-art images
-# (``calibrate``; ``benchmarks/image_tower.py CLIPART --calibrate`` prints them).
+# (``calibrate``; ``benchmarks/kernels/image_tower.py CLIPART --calibrate`` prints them).
 RANGES: dict[str, tuple[tuple[float, float], ...]] = {
     "efficientnet-lite0-57934424.pth": (
         (-28.12, 32.22), (-47.22, 42.97), (-55.63, 49.03), (-35.91, 41.93), (-36.40, 43.22),

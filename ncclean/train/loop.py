@@ -192,7 +192,7 @@ def train(model: nn.Module, objective: Objective, config: TrainConfig,
 def counting_flops() -> bool:
     """Whether ``NCCLEAN_COUNT_FLOPS`` asks the loop to count a step's operations per epoch.
 
-    Benchmarks set it (``benchmarks/throughput.py``, ``benchmarks/speed.py``): each epoch's
+    Benchmarks set it (``benchmarks/kernels/throughput.py``, ``benchmarks/speed.py``): each epoch's
     report then carries ``gflop`` and ``timed_steps``, and its ``step_seconds`` leave out the
     counted step, which runs 1.6-4x slower under the counter. Off by default: a user's run
     would pay that slower step each epoch for a number it does not use."""
