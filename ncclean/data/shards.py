@@ -220,6 +220,15 @@ def vector_keys(vectors: np.ndarray) -> np.ndarray:
          for row in vectors), dtype=np.uint64, count=len(vectors))
 
 
+def vector_heads(vectors: np.ndarray) -> np.ndarray:
+    """``(n,) uint64``: each row's first eight bytes (zero-padded), a cheap test before
+    :func:`vector_keys`: rows whose heads differ are different vectors."""
+    rows = np.ascontiguousarray(vectors).reshape(len(vectors), -1).view(np.uint8)
+    head = np.zeros((len(rows), 8), dtype=np.uint8)
+    head[:, :min(8, rows.shape[1])] = rows[:, :8]
+    return head.view("<u8").ravel()
+
+
 def smallest_keys(keys: np.ndarray, n: int, kept: np.ndarray | None = None) -> np.ndarray:
     """The ``n`` smallest of ``kept`` (sorted ``uint64``, may be ``None``) and ``keys`` together,
     sorted: fold one shard's keys into the running fit sample with memory bounded by ``n``."""

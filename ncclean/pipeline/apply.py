@@ -34,7 +34,7 @@ from ncclean.data.results import (
     PairResults,
     result_columns,
 )
-from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_keys
+from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_heads, vector_keys
 from ncclean.methods.base import get_method
 from ncclean.options import Cut
 from ncclean.pipeline.fit import FORMAT, Fit, FitError, sample_keys
@@ -201,8 +201,13 @@ def _significance(fit: Fit, features, embeddings: Embeddings, parts: np.ndarray,
     local = np.flatnonzero(parts[new] == CLEAN_SIGNIFICANT)
     if not len(local):
         return
-    values = _exact_specificity(fit, features, embeddings, local,
-                                vector_keys(features.image_data))
+    groups = np.unique(features.image_group[local])  # only these images are searched
+    if "pool.image_head" in fit.arrays:  # and only those that may be a pool image, hashed
+        groups = groups[find_sorted(fit.arrays["pool.image_head"],
+                                    vector_heads(features.image_data[groups]))[1]]
+    image_key = np.zeros(len(features.image_data), dtype=np.uint64)  # no pool image's key
+    image_key[groups] = vector_keys(features.image_data[groups])
+    values = _exact_specificity(fit, features, embeddings, local, image_key)
     significance[new[local]] = values
     # a caption used at most rare_count times stays significant (as in one pass)
     rare = counts[local] <= fit.meta["cut"]["rare_count"]

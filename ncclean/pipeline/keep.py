@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from ncclean.data.results import CLEAN, PARTITIONS
-from ncclean.data.shards import pair_keys, text_keys, vector_keys
+from ncclean.data.shards import pair_keys, text_keys, vector_heads, vector_keys
 from ncclean.pipeline.fit import FORMAT, Fit, put_text, sample_keys, signal_table
 from ncclean.records import as_record
 
@@ -79,6 +79,7 @@ def fit_from_state(state: dict, method, seed: int, significance_mode: str,
         groups = np.unique(features.image_group[pool])
         arrays["pool.images"] = embeddings.images[groups].astype(np.float32)
         arrays["pool.image_key"] = vector_keys(features.image_data[groups])
+        arrays["pool.image_head"] = np.unique(vector_heads(features.image_data[groups]))
     if pseudo_captions and stages.donor is not None:
         # a caption the sample's suggestions filled (its share, stages.pseudocaption.donor_cap)
         # is a hub of the space: it is not offered to applied pairs

@@ -135,11 +135,16 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     """``(part, updates)``: one part of a shard (from its row ``first_row``) scored with
     ``fit``; adds to ``totals``."""
     from ncclean.data.corpus import mark_repeated_ids, read_corpus
+    from ncclean.data.held import held
     from ncclean.data.results import partition_counts
+    from ncclean.data.schema import resolve_columns
     from ncclean.models.features import build_features
     from ncclean.models.matcher import MatcherConfig
     from ncclean.pipeline.apply import apply_to_corpus
 
+    resolved = resolve_columns(columns, part.schema)  # read once: scored, then written back
+    part = held(part, [name for name in (resolved.caption, resolved.id, resolved.image_id,
+                                         resolved.image_emb, resolved.text_emb) if name])
     corpus = read_corpus(part, columns, strict=run.strict, image_size=None, cache_dir=None)
     if job.duplicates:
         rows = np.asarray(job.duplicates, dtype=np.int64) - first_row

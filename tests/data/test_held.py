@@ -1,0 +1,35 @@
+"""A held part serves its columns from memory and streams the others, batch for batch as the
+file would."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ncclean.data.held import held
+from ncclean.data.parquet import open_pairs, windows
+
+
+def _table(n: int) -> pa.Table:
+    return pa.table({"id": [f"p{k}" for k in range(n)], "caption": [f"c{k % 7}" for k in range(n)],
+                     "image": [bytes([k % 256]) * 10 for k in range(n)],
+                     "score": [float(k) for k in range(n)]})
+
+
+def _rows(batches) -> tuple[list[int], pa.Table]:
+    batches = list(batches)
+    return [offset for _, offset, _ in batches], pa.Table.from_batches([b for *_, b in batches])
+
+
+def test_held_columns_and_streamed_ones_make_the_file_s_rows(tmp_path):
+    pq.write_table(_table(1000), tmp_path / "in.parquet", row_group_size=100)
+    for part in windows(open_pairs(tmp_path / "in.parquet"), 300):
+        kept = held(part, ["id", "caption"])
+        assert kept.table.column_names == ["id", "caption"]
+        for columns in (None, ["id"], ["image", "id"], ["score", "caption", "image"]):
+            offsets, got = _rows(kept.iter_batches(columns, 128))
+            want_offsets, want = _rows(part.iter_batches(columns, 128))
+            assert got.equals(want)
+            assert offsets[0] == want_offsets[0] == 0
+            assert sum(b.num_rows for *_, b in kept.iter_batches(columns, 128)) == part.n_rows
+
