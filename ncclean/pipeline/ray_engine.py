@@ -43,9 +43,10 @@ class ShardApplier:
                 batch["path"], batch["stem"], batch["kind"], batch["out"], batch["mark"],
                 batch["extra"], strict=True):
             extra = json.loads(str(extra))
+            decoded = extra.get("decoded")  # read only where this worker can see it
             job = ShardJob(InputShard(Path(path), str(stem), str(kind)), Path(out), bool(mark),
                            tuple(extra["duplicates"]), tuple(extra["hidden"]),
-                           tuple(extra["nulled"]))
+                           tuple(extra["nulled"]), Path(decoded) if decoded else None)
             try:
                 report = apply_shard(self.fit, job, self.columns, self.run, self.device)
             except NcCleanError as error:  # sent back as data: Ray's wrapping loses its type
@@ -155,7 +156,8 @@ def _apply(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: RunO
                   "kind": job.shard.kind, "out": str(job.out), "mark": job.mark,
                   "extra": json.dumps({"duplicates": list(job.duplicates),
                                        "hidden": list(job.hidden),
-                                       "nulled": list(job.nulled)})}
+                                       "nulled": list(job.nulled),
+                                       "decoded": str(job.decoded) if job.decoded else None})}
                  for k, job in enumerate(jobs)]
         workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
         progress("apply", 0, len(jobs), f"ray, {workers} actors")

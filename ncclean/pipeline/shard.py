@@ -41,7 +41,8 @@ class ShardJob:
     (sorted) whose id appeared earlier in the corpus, written ``invalid`` as one pass writes a
     repeated id; ``hidden``: the shard's columns not written (vectors the embed stage added);
     ``nulled``: columns written as nulls (a tar's image bytes: its ``image_ref`` says where
-    they are)."""
+    they are); ``decoded``: the shard's scored columns already decoded
+    (:class:`ncclean.data.held.DecodedCopies`), read instead of the shard's."""
 
     shard: InputShard
     out: Path
@@ -49,6 +50,7 @@ class ShardJob:
     duplicates: tuple[int, ...] = ()
     hidden: tuple[str, ...] = ()
     nulled: tuple[str, ...] = ()
+    decoded: Path | None = None
 
 
 def shard_rows(shard: InputShard) -> int:
@@ -137,14 +139,12 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     from ncclean.data.corpus import mark_repeated_ids, read_corpus
     from ncclean.data.held import held
     from ncclean.data.results import partition_counts
-    from ncclean.data.schema import resolve_columns
     from ncclean.models.features import build_features
     from ncclean.models.matcher import MatcherConfig
     from ncclean.pipeline.apply import apply_to_corpus
 
-    resolved = resolve_columns(columns, part.schema)  # read once: scored, then written back
-    part = held(part, [name for name in (resolved.caption, resolved.id, resolved.image_id,
-                                         resolved.image_emb, resolved.text_emb) if name])
+    # read once (or from the decoded copy): scored, then written back
+    part = held(part, held_columns(columns, part.schema), job.decoded, first_row)
     corpus = read_corpus(part, columns, strict=run.strict, image_size=None, cache_dir=None)
     if job.duplicates:
         rows = np.asarray(job.duplicates, dtype=np.int64) - first_row
@@ -163,6 +163,15 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     totals["n_applied"] += applied.n_applied
     totals["n_pseudo_captions"] += corpus.n_pairs - updates["pseudo_caption"].null_count
     return part, updates
+
+
+def held_columns(columns: Columns, schema: pa.Schema) -> list[str]:
+    """The columns of a shard of ``schema`` that scoring reads (and writing then reuses)."""
+    from ncclean.data.schema import resolve_columns
+
+    resolved = resolve_columns(columns, schema)
+    return [name for name in (resolved.caption, resolved.id, resolved.image_id,
+                              resolved.image_emb, resolved.text_emb) if name]
 
 
 def _mark_embed_problems(corpus, part) -> None:

@@ -100,10 +100,12 @@ def scan_ids(shards: list[InputShard], id_name: str) -> IdScan:
 
 
 def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | None,
-                 dest: Path, held_out: Path | None = None) -> None:
+                 dest: Path, held_out: Path | None = None, copies=None) -> None:
     """Write the fit sample of ``shards`` to the Parquet file ``dest`` and, when the corpus is
     larger than the sample, the next :func:`held_out_size` pairs by id hash to ``held_out``
-    (never trained on: ``gmm`` calibrates its mixture there)."""
+    (never trained on: ``gmm`` calibrates its mixture there). ``copies``
+    (:class:`~ncclean.data.held.DecodedCopies`): the Parquet shards' rows, as they are read,
+    are also kept decoded there, for the application."""
     extra = held_out_size(n) if held_out is not None and n is not None else 0
     total = scan.total
     kept = None
@@ -114,6 +116,8 @@ def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | 
     parts: dict[str, list[tuple[Path, pa.Table]]] = {"sample": [], "held_out": []}
     for shard in shards:  # the sampled rows (all of them up to n)
         for table in _pieces(shard):
+            if copies is not None and shard.kind == "parquet":
+                copies.add(shard.path, table)
             if not sampled:
                 parts["sample"].append((shard.path, table))
                 continue
@@ -121,6 +125,8 @@ def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | 
             for name, wanted in chosen.items():
                 parts[name].append((shard.path, table.filter(
                     pa.array(find_sorted(wanted, keys)[1]))))
+    if copies is not None:
+        copies.close()
     for name, path in (("sample", dest), ("held_out", held_out if sampled else None)):
         if path is None:
             continue
@@ -258,11 +264,13 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
                 shards[k] = shard
             columns = embedded.columns
             seconds["embed"] = time.perf_counter() - began
+        copies = None
         if fit is not None:
             fit_dir = Path(scale.fit)
         else:
+            copies = _copies([shards[k] for k in kept], columns, scratch)
             fit = _fit(request.but(method=method, columns=columns), shards, scan, id_name,
-                       scratch, progress)
+                       scratch, progress, copies)
             fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began - seconds.get("embed", 0.0)
@@ -270,7 +278,8 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
         jobs = [ShardJob(shard=shards[k],
                          out=(out / f"{shards[k].stem}.parquet") if to_folder else out,
                          mark=to_folder, duplicates=tuple(int(r) for r in scan.duplicates[k]),
-                         hidden=embedded.hidden if embedded else (), nulled=nulled[k])
+                         hidden=embedded.hidden if embedded else (), nulled=nulled[k],
+                         decoded=copies.paths.get(shards[k].path) if copies else None)
                 for k in kept]
         for job in jobs:  # a shard of a sub-folder is written to the same sub-folder
             make_folder(job.out.parent)
@@ -295,8 +304,23 @@ def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
     return auto_method(config, None)
 
 
-def _fit(request: ScoreRequest, shards, scan: IdScan, id_name: str, scratch: Path, progress):
-    """The fit: one pass (:func:`score_corpus`) over the sample, kept."""
+def _copies(shards: list[InputShard], columns: Columns, scratch: Path):
+    """Decoded copies of the Parquet ``shards``' scored columns, made while the fit sample is
+    drawn (:class:`~ncclean.data.held.DecodedCopies`), when the scratch folder's disk has room;
+    else ``None``."""
+    from ncclean.data.held import copies_for
+    from ncclean.pipeline.shard import held_columns
+
+    paths = [shard.path for shard in shards if shard.kind == "parquet"]
+    if not paths:
+        return None
+    return copies_for(paths, held_columns(columns, pq.read_schema(paths[0])), scratch)
+
+
+def _fit(request: ScoreRequest, shards, scan: IdScan, id_name: str, scratch: Path, progress,
+         copies=None):
+    """The fit: one pass (:func:`score_corpus`) over the sample, kept; ``copies``: see
+    :func:`write_sample`."""
     from ncclean.methods.base import make_method
     from ncclean.pipeline.keep import fit_from_state
     from ncclean.pipeline.score import score_corpus
@@ -307,7 +331,7 @@ def _fit(request: ScoreRequest, shards, scan: IdScan, id_name: str, scratch: Pat
     chosen = make_method(method, request.params)
     sample, held_out = scratch / "sample.parquet", scratch / "held-out.parquet"
     write_sample(shards, scan, id_name, n, sample,
-                 held_out if chosen.application.held_out else None)
+                 held_out if chosen.application.held_out else None, copies)
     total = scan.total
     states: dict = {}
     score_corpus(request.but(input=sample, output=scratch / "sample-scored.parquet",
