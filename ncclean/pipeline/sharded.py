@@ -39,7 +39,6 @@ from ncclean.errors import BadOptionError, EmptyInputError
 from ncclean.options import MatcherOptions, ScaleOptions, ScoreRequest
 from ncclean.pipeline.sample import (
     IdScan,
-    held_out_size,
     id_column,
     scan_ids,
     write_sample,
@@ -48,8 +47,6 @@ from ncclean.progress import Progress, no_progress
 
 PathLike = str | os.PathLike
 RUN_SIDECAR = FOLDER_RECORD
-__all__ = ["IdScan", "held_out_size", "id_column", "plan_fit", "scan_ids", "score_pipeline",
-           "write_sample"]
 
 
 @dataclass(frozen=True)
