@@ -169,13 +169,14 @@ not by the corpus: benchmarks/results/speed.md); smaller corpora get the one pas
 
 @dataclass(frozen=True)
 class ScaleOptions:
-    """Scoring beyond one pass (:mod:`ncclean.pipeline.sharded`): ``fit_sample``: fit on every
-    pair up to this many and a deterministic sample (by a hash of the pair id) beyond; ``"all"``:
-    every pair; ``"auto"`` (the default): :data:`AUTO_FIT_SAMPLE` for a corpus of vector columns
-    larger than that, every pair otherwise (:func:`ncclean.pipeline.sharded.resolve_scale`);
+    """How the pipeline fits and applies (:mod:`ncclean.pipeline.sharded`): ``fit_sample``: fit
+    on every pair up to this many and a deterministic sample (by a hash of the pair id) beyond;
+    ``"all"``: every pair; ``"auto"`` (the default): :data:`AUTO_FIT_SAMPLE` for a corpus of
+    vector columns larger than that, every pair otherwise
+    (:func:`ncclean.pipeline.route.resolve_scale`);
     ``save_fit``: write the fit there; ``fit``: apply this saved fit, no training; ``engine``:
     ``local`` (shard by shard in this process) or ``ray`` (Ray Data, on ``ray_address`` or a
-    local cluster). The default, all unset, is the one pass for any corpus it fits."""
+    local cluster). The default, all unset, fits every pair of any corpus up to that size."""
 
     fit_sample: int | Literal["auto", "all"] = "auto"
     save_fit: PathLike | None = None

@@ -1,6 +1,6 @@
-"""Keep a fit from a one-pass scoring run of the fit sample (:func:`fit_from_state`).
+"""Keep a fit from the fit of the sample in memory (:func:`fit_from_state`).
 
-The one pass (:func:`ncclean.pipeline.score.score_corpus`) hands its in-memory state to
+The pipeline's fit (:func:`ncclean.pipeline.score.fit_corpus`) gives its in-memory state to
 :func:`fit_from_state`, which keeps what :mod:`ncclean.pipeline.apply` needs to score any other
 pair the same way: the sample's own results, the signal-to-probability table and what the
 method's application keeps to compute the signal (:mod:`ncclean.methods.applied`), the
@@ -29,7 +29,7 @@ SIGNIFICANCE_THRESHOLD = 0.9
 def fit_from_state(state: dict, method, seed: int, significance_mode: str,
                    pseudo_captions: bool, n_corpus: int | None = None,
                    device: str = "cpu") -> Fit:
-    """A :class:`Fit` from ``state`` (what ``score_corpus`` hands ``on_scored``), ``method`` the
+    """A :class:`Fit` from ``state`` (what ``fit_corpus`` returns), ``method`` the
     fitted method object; ``n_corpus``: the pairs the fit will be applied to, when more than
     the sample (the donors kept are as many as the stage's budget allows for that many)."""
     from ncclean.stages import corpus_queries, reference_cap

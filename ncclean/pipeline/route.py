@@ -1,6 +1,7 @@
-"""Which path a scoring run takes: the one pass, or a fit on a sample applied shard by shard
-(:mod:`ncclean.pipeline.sharded`), decided from the input, the output and the scale options
-alone, before anything is read but footers.
+"""The form of a scoring run's output, decided from the input, the output and the scale options
+alone, before anything is read but footers: one file, or a folder with one output shard per
+input shard (:func:`writes_folder`), and which output checks run first (:func:`wants_shards`).
+Every run goes through the one pipeline (:mod:`ncclean.pipeline.sharded`), whichever form.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ PathLike = str | os.PathLike
 
 
 def wants_shards(input: PathLike, output: PathLike, scale: ScaleOptions | None) -> bool:
-    """Whether a scoring run goes through a fit and its application: anything of ``scale``
-    asked for, an output folder (an existing one, or a name without a suffix for a folder
-    input), or webdataset tars or a saved Hugging Face dataset in."""
+    """Whether a scoring run's output is planned shard by shard (checked by
+    :func:`ncclean.pipeline.preflight.check_output`, a folder when :func:`writes_folder`):
+    anything of ``scale`` asked for, an output folder (an existing one, or a name without a
+    suffix for a folder input), or webdataset tars or a saved Hugging Face dataset in. Else the
+    output is one file, checked as :func:`ncclean.pipeline.score.prepare_output` checks it."""
     out, source = Path(output), Path(input)
     if scale is not None and scale.asked:
         return True
@@ -35,12 +38,20 @@ def wants_shards(input: PathLike, output: PathLike, scale: ScaleOptions | None) 
         or is_retrieval_folder(source)))
 
 
+def writes_folder(input: PathLike, output: PathLike, scale: ScaleOptions | None) -> bool:
+    """Whether a scoring run writes a folder, one output shard per input shard (else one file):
+    a run planned shard by shard (:func:`wants_shards`) to an existing folder or a name
+    without the ``.parquet`` suffix."""
+    out = Path(output)
+    return wants_shards(input, out, scale) and (out.is_dir() or out.suffix != ".parquet")
+
+
 def resolve_scale(input: PathLike, output: PathLike | None, columns: Columns,
                   scale: ScaleOptions | None) -> ScaleOptions | None:
     """``scale`` with ``--fit-sample auto`` resolved: :data:`~ncclean.options.AUTO_FIT_SAMPLE`
     when the corpus is one Parquet file or a folder written to a folder (``output``), has more
     pairs than that, an id column and both vector columns (every method has a fit); else
-    ``scale`` unchanged (the one pass)."""
+    ``scale`` unchanged (every pair fitted)."""
     from ncclean.options import AUTO_FIT_SAMPLE
 
     scale = scale or ScaleOptions()
@@ -60,7 +71,7 @@ def resolve_scale(input: PathLike, output: PathLike | None, columns: Columns,
         n = sum(pq.ParquetFile(s.path).metadata.num_rows for s in shards)
         names = pq.read_schema(shards[0].path).names
     except (OSError, pa.ArrowInvalid, NcCleanError):
-        return scale  # the one pass reports what is wrong with the input
+        return scale  # the fit reports what is wrong with the input
     if n <= AUTO_FIT_SAMPLE or (columns.id or "id") not in names:
         return scale
     from dataclasses import replace

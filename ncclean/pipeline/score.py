@@ -1,5 +1,9 @@
-"""A scoring run: read the corpus, build its features, fit the method, cut, run the stages, write
-the output contract and its sidecar."""
+"""The fit and the write of the scoring pipeline (:mod:`ncclean.pipeline.sharded`), and the
+checks of a one-file output: :func:`fit_corpus` reads the pairs it is given (a whole corpus or
+a fit sample), builds their features, fits the method, cuts and runs the stages;
+:func:`write_fitted` writes a fit made on every pair of the input as the output contract and
+its sidecar (the fit's own results: no fit is kept). A fit to apply to other pairs is kept from
+:func:`fit_corpus`'s state by :mod:`ncclean.pipeline.keep`."""
 
 from __future__ import annotations
 
@@ -107,13 +111,12 @@ def resume_warning(run: RunOptions, input: PathLike | None = None,
 
 
 def _resumes_by_shards(input: PathLike | None, output: PathLike | None, scale) -> bool:
-    """Whether the run writes a folder of shards (:mod:`ncclean.pipeline.sharded`)."""
+    """Whether the run writes a folder of shards (:func:`ncclean.pipeline.route.writes_folder`)."""
     if input is None or output is None:
         return False
-    from ncclean.pipeline.route import wants_shards
+    from ncclean.pipeline.route import writes_folder
 
-    out = Path(output)
-    return wants_shards(input, out, scale) and (out.is_dir() or out.suffix != ".parquet")
+    return writes_folder(input, output, scale)
 
 
 CHECKPOINT_STATE = "training-state.safetensors"
@@ -169,22 +172,21 @@ def decoded_size(config) -> int | None:
     return pixel_size(config)
 
 
-def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
-                 on_scored=None) -> ScoreSummary | None:
-    """Score every pair of the request's ``input`` with its ``method`` and write the output
-    contract to its ``output`` (plus ``<output>.json``; ``None``: :func:`default_output`,
-    refused when a file there was not written by ``score``). Checks what it can before any work:
-    the method and its ``params``, the encoders, that the output can be written (before the
-    images are read), that two pairs are usable. ``on_scored(state)``, when given, sees the
-    run's in-memory state (a dict: ``corpus``, ``features``, ``result``, ``clean_prob``,
-    ``parts``, ``stages``, ``cut``, ``config``) before the output is written:
-    :mod:`ncclean.pipeline.keep` keeps a fit from it; when it returns true nothing is written
-    and ``None`` is returned."""
-    input, output, method, params = request.input, request.output, request.method, request.params
+def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
+    """The fit of the pipeline (:mod:`ncclean.pipeline.sharded`) on every pair of the request's
+    ``input`` (the whole corpus, or the fit sample written from it): read the pairs, build their
+    features (the towers embed them), fit the ``method`` with its ``params``, cut, and run the
+    stages. Checks what it can before the work: the method and its parameters, the encoders,
+    that two pairs are usable. The fit in memory, a dict: ``corpus``, ``features``, ``result``,
+    ``clean_prob`` ``(n_pairs,) float64``, ``parts`` ``(n_pairs,) object``, ``stages``,
+    ``cut`` (resolved), ``config`` (the matcher's), and for the run record ``method`` (resolved),
+    ``asked``, ``chosen`` (the method object), ``seconds``, ``began``, ``warnings``.
+    :func:`write_fitted` writes it; :func:`ncclean.pipeline.keep.fit_from_state` keeps it as a
+    fit to apply to other pairs."""
+    input, method, params = request.input, request.method, request.params
     columns, matcher, cut, stages, run = (request.columns, request.matcher, request.cut,
                                           request.stages, request.run)
     device = request.device
-    out = prepare_output(input, output, run.overwrite)  # first: before torch is imported
     import numpy as np
 
     from ncclean.data.corpus import read_corpus
@@ -193,10 +195,9 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
     from ncclean.methods.base import Context, make_method
     from ncclean.methods.choose import auto_method
     from ncclean.models.features import build_features, complete_config
-    from ncclean.models.registry import image_tower
     from ncclean.models.resolve import matcher_config
     from ncclean.stages.partition import caption_counts, partition
-    from ncclean.stages.run import run_stages, significance_mode
+    from ncclean.stages.run import run_stages
 
     seconds: dict[str, float] = {}
     began = time.perf_counter()
@@ -263,26 +264,41 @@ def score_corpus(request: ScoreRequest, progress: Progress = no_progress,
                        rare=counts <= resolved.rare_count, seed=run.seed, device=device,
                        corpus_pairs=request.corpus_pairs, progress=progress)
     seconds["stages"] = time.perf_counter() - staged
-    if on_scored is not None and on_scored({
-            "corpus": corpus, "features": features, "result": result, "clean_prob": clean_prob,
-            "parts": parts, "stages": added, "cut": resolved, "config": config}):
-        return None  # the caller keeps the state (a fit): nothing to write
+    return {"corpus": corpus, "features": features, "result": result, "clean_prob": clean_prob,
+            "parts": parts, "stages": added, "cut": resolved, "config": config,
+            "method": method, "asked": asked, "chosen": chosen, "seconds": seconds,
+            "began": began, "warnings": warnings}
+
+
+def write_fitted(request: ScoreRequest, state: dict) -> ScoreSummary:
+    """Write the fit ``state`` (:func:`fit_corpus` on the request's whole ``input``) as the
+    output contract to the request's ``output`` (prepared: :func:`prepare_output`), with its
+    run record: a pair the fit was made on is written with the fit's own results. The run's
+    summary, with the fit's warnings."""
+    from ncclean.models.registry import image_tower
+    from ncclean.stages.run import significance_mode
+
+    matcher, cut, stages, run = request.matcher, request.cut, request.stages, request.run
+    corpus, result, config = state["corpus"], state["result"], state["config"]
+    method, chosen = state["method"], state["chosen"]
     sidecar = {
-        "command": "score", "input": str(input), "method": method,
-        "method_chosen_by": "auto" if asked == AUTO_METHOD else "user", "params": chosen.params(),
-        "seed": run.seed, "device": device,
+        "command": "score", "input": str(request.input), "method": method,
+        "method_chosen_by": "auto" if state["asked"] == AUTO_METHOD else "user",
+        "params": chosen.params(), "seed": run.seed, "device": request.device,
         "columns": {"image_emb": corpus.columns.image_emb, "text_emb": corpus.columns.text_emb},
         "matcher": {k: v for k, v in config.to_dict().items() if k != "vocab"}
         | {"vocab_size": len(config.vocab) if config.vocab else None,
            "loaded_from": str(matcher.load_matcher) if matcher.load_matcher else None},
-        "cut": resolved.record(cut, by_method=result.partition is not None),
-        "image_arithmetic": image_tower(config).arithmetic(device),
+        "cut": state["cut"].record(cut, by_method=result.partition is not None),
+        "image_arithmetic": image_tower(config).arithmetic(request.device),
         "significance": significance_mode(stages, result), "write": run.write,
         "options": request.options(),
     } | request.provenance([shard.path for shard in corpus.source.shards], corpus.source.path)
-    summary = write_scored(corpus, features, out, result, clean_prob, parts, added, seconds,
-                           began, sidecar, run.save_matcher, run.write)
-    summary.warnings.extend(warnings + list(result.report.get("warnings", [])))
+    summary = write_scored(corpus, state["features"], Path(request.output), result,
+                           state["clean_prob"], state["parts"], state["stages"],
+                           state["seconds"], state["began"], sidecar, run.save_matcher,
+                           run.write)
+    summary.warnings.extend(state["warnings"] + list(result.report.get("warnings", [])))
     return summary
 
 

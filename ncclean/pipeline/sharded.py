@@ -1,18 +1,28 @@
-"""Scoring a corpus as a fit and its application, shard by shard (DESIGN.md, "Architecture").
+"""The scoring pipeline, one for every size and input (DESIGN.md, "Architecture"): read ->
+embed -> fit on a deterministic sample -> apply shard by shard -> write. One file scored whole
+is this pipeline with one shard, every pair in the fit.
 
-1. The fit sample: every pair up to ``--fit-sample`` pairs (in shard order), beyond that the
-   pairs with the smallest id hashes, in hash order (:mod:`ncclean.data.shards`). Reading it
-   holds one shard and the sample.
-2. The fit: today's one pass on the sample (:func:`ncclean.pipeline.score.score_corpus`), kept
-   as a :class:`~ncclean.pipeline.fit.Fit` (:mod:`ncclean.pipeline.keep`), saved with
-   ``--save-fit``; or a saved fit (``--fit``), no training.
-3. The application: every input shard through the engine (:mod:`ncclean.pipeline.engines`),
-   each to ``DIR/<stem>.parquet``, skipping shards already complete; then the run's sidecar
-   ``DIR/ncclean.json``. With one input shard and ``-o FILE`` the output is that file and its
-   ``FILE.json``.
-
-A corpus no larger than the fit sample is scored exactly as one pass scores it: every pair is in
-the sample, and a pair of the sample is written with the one pass's results.
+1. The plan (:func:`plan_fit`), from the shards' row counts and ``--fit-sample`` alone: whether
+   every pair is fitted (no saved fit, and no sample size or a corpus no larger than it), and
+   whether the fit reads the input in place (every pair fitted, Parquet shards, and vectors
+   already there or no fit to keep).
+2. The embed stage, when a fit is kept and the corpus has no vector columns
+   (:mod:`ncclean.pipeline.vectors`); otherwise the towers embed the pairs as the fit reads
+   them.
+3. The fit (:func:`ncclean.pipeline.score.fit_corpus`) on the input in place, or on the fit
+   sample written from it (:mod:`ncclean.pipeline.sample`): every pair up to ``--fit-sample``,
+   beyond that the smallest id hashes; kept as a :class:`~ncclean.pipeline.fit.Fit`
+   (:mod:`ncclean.pipeline.keep`) and saved with ``--save-fit``. Or a saved fit (``--fit``), no
+   training.
+4. The application and the write. When every pair was fitted in place and the output is one
+   file with no fit to keep, the application is the fit's own results, written with the run
+   record of the fit (:func:`ncclean.pipeline.score.write_fitted`): no id is needed, and a
+   method whose fit cannot score an unseen pair (towers trained from scratch) is fine. Otherwise
+   every input shard goes through the engine (:mod:`ncclean.pipeline.engines`), each to
+   ``DIR/<stem>.parquet``, skipping shards already complete, then the run's sidecar
+   ``DIR/ncclean.json``; with one input shard and ``-o FILE`` the output is that file and its
+   ``FILE.json``. A pair of the fit sample is written with the fit's own results either way, so
+   a corpus no larger than the sample is scored alike in one file or in shards.
 """
 
 from __future__ import annotations
@@ -22,175 +32,58 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ncclean.data.schema import Columns
 from ncclean.data.scored import FOLDER_RECORD
-from ncclean.data.shards import (
-    InputShard,
-    find_sorted,
-    list_shards,
-    pair_keys,
-    read_shard,
-    smallest_keys,
+from ncclean.data.shards import InputShard, list_shards
+from ncclean.errors import BadOptionError, EmptyInputError
+from ncclean.options import MatcherOptions, ScaleOptions, ScoreRequest
+from ncclean.pipeline.sample import (
+    IdScan,
+    id_column,
+    scan_ids,
+    write_sample,
 )
-from ncclean.errors import BadOptionError, EmptyInputError, SchemaError
-from ncclean.options import MatcherOptions, ScoreRequest
 from ncclean.progress import Progress, no_progress
 
 PathLike = str | os.PathLike
 RUN_SIDECAR = FOLDER_RECORD
 
 
-def id_column(shard: InputShard, columns: Columns) -> str:
-    """The id column of the corpus; :class:`BadOptionError` without one (a sharded run keys the
-    fit sample and the fitted pairs by id)."""
-    if shard.kind == "webdataset":
-        return "id"
-    names = read_shard(shard).schema.names if shard.kind == "arrow" \
-        else pq.read_schema(shard.path).names
-    name = columns.id or "id"
-    if name not in names:
-        raise BadOptionError(f"{shard.path}: a fit needs an id column ({name!r} is missing; name "
-                             "it with --id-col)")
-    return name
+@dataclass(frozen=True)
+class FitPlan:
+    """How a run fits: ``every_pair`` (every pair of the corpus is in the fit), ``in_place``
+    (the fit reads the input as it is, no sample copy, no embed stage) and ``kept`` (a
+    :class:`~ncclean.pipeline.fit.Fit` is kept, saved or applied shard by shard; else the fit's
+    own results are the output)."""
+
+    every_pair: bool
+    in_place: bool
+    kept: bool
 
 
-@dataclass
-class IdScan:
-    """The ids of a sharded corpus, read once: ``keys[k]`` ``(rows,) uint64`` the id hashes of
-    shard ``k`` (:func:`~ncclean.data.shards.pair_keys`) and ``duplicates[k]`` its rows whose id
-    appeared earlier in the corpus (in shard order, then row order), sorted. The driver holds 8
-    bytes a pair."""
+def plan_fit(input: PathLike, shards: list[InputShard], scale: ScaleOptions, columns: Columns,
+             to_folder: bool) -> FitPlan:
+    """The :class:`FitPlan` of a run over the ``shards`` of ``input`` written to a folder
+    (``to_folder``) or one file, from the Parquet footers' row counts and the sample size:
+    every pair is fitted without a saved fit when there is no sample size or the corpus is no
+    larger; the fit reads Parquet shards in place when every pair is fitted and the corpus has
+    its vectors, or when nothing is kept (the towers embed it as it is read). A shard that is
+    not Parquet, or a damaged one, is one line (:func:`~ncclean.data.parquet.open_pairs`)."""
+    from ncclean.data.parquet import open_pairs
+    from ncclean.pipeline.vectors import needs_vectors
 
-    keys: list[np.ndarray]
-    duplicates: list[np.ndarray]
-
-    @property
-    def total(self) -> int:
-        return sum(len(k) for k in self.keys)
-
-
-def scan_ids(shards: list[InputShard], id_name: str) -> IdScan:
-    """Read the id column of every shard (:class:`IdScan`). Equal keys are confirmed on the ids
-    themselves, so a hash collision never marks a row a duplicate."""
-    keys = [pair_keys(read_shard(shard, [id_name]).column(0)) for shard in shards]
-    every = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
-    distinct, counts = np.unique(every, return_counts=True)
-    repeated = distinct[counts > 1]  # sorted
-    duplicates = [np.zeros(0, np.int64) for _ in shards]
-    if not len(repeated):
-        return IdScan(keys, duplicates)
-    seen: set[str] = set()
-    for k, shard in enumerate(shards):  # only the rows whose key repeats, in corpus order
-        rows = np.flatnonzero(find_sorted(repeated, keys[k])[1])
-        if not len(rows):
-            continue
-        ids = read_shard(shard, [id_name]).column(0).take(pa.array(rows)).to_pylist()
-        later = []
-        for row, value in zip(rows, ids):
-            text = f"{type(value).__name__}:{value}"
-            if value is not None and text in seen:
-                later.append(row)
-            seen.add(text)
-        duplicates[k] = np.asarray(later, dtype=np.int64)
-    return IdScan(keys, duplicates)
+    parquet = all(shard.kind == "parquet" for shard in shards)
+    n = scale.sample_size
+    every = scale.fit is None and (n is None or (parquet and open_pairs(input).n_rows <= n))
+    own_results = every and parquet and not to_folder and scale.save_fit is None
+    in_place = every and parquet and (own_results or not needs_vectors(columns))
+    return FitPlan(every_pair=every, in_place=in_place, kept=not own_results)
 
 
-def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | None,
-                 dest: Path, held_out: Path | None = None, copies=None) -> None:
-    """Write the fit sample of ``shards`` to the Parquet file ``dest`` and, when the corpus is
-    larger than the sample, the next :func:`held_out_size` pairs by id hash to ``held_out``
-    (never trained on: ``gmm`` calibrates its mixture there). ``copies``
-    (:class:`~ncclean.data.held.DecodedCopies`): the Parquet shards' rows, as they are read,
-    are also kept decoded there, for the application."""
-    extra = held_out_size(n) if held_out is not None and n is not None else 0
-    total = scan.total
-    kept = None
-    for keys in scan.keys:  # the n (+ held-out) smallest id hashes, one shard at a time
-        kept = smallest_keys(keys, n + extra if n is not None else total, kept)
-    sampled = n is not None and total > n
-    chosen = {"sample": kept[:n] if sampled else None, "held_out": kept[n:] if sampled else None}
-    parts: dict[str, list[tuple[Path, pa.Table]]] = {"sample": [], "held_out": []}
-    for shard in shards:  # the sampled rows (all of them up to n)
-        for table in _pieces(shard):
-            if copies is not None and shard.kind == "parquet":
-                copies.add(shard.path, table)
-            if not sampled:
-                parts["sample"].append((shard.path, table))
-                continue
-            keys = pair_keys(table.column(id_name))
-            for name, wanted in chosen.items():
-                parts[name].append((shard.path, table.filter(
-                    pa.array(find_sorted(wanted, keys)[1]))))
-    if copies is not None:
-        copies.close()
-    for name, path in (("sample", dest), ("held_out", held_out if sampled else None)):
-        if path is None:
-            continue
-        table = _concat(parts.pop(name))
-        # hash order: independent of shard order and names
-        order = np.argsort(pair_keys(table.column(id_name)), kind="stable") if sampled else None
-        if table.num_rows:
-            _write_in_order(table, path, order)
-        del table
-    pa.default_memory_pool().release_unused()  # Arrow's pool keeps what it freed otherwise
-
-
-def _concat(pieces: list[tuple[Path, pa.Table]]) -> pa.Table:
-    """The sample's pieces (each with its shard's path) as one table; :class:`SchemaError`
-    naming the first shard whose columns differ from the first shard's (another vector width,
-    another type)."""
-    from ncclean.data.parquet import describe_schema
-
-    pieces = [piece for piece in pieces if piece[1].num_rows] or pieces[:1]
-    first_path, first = pieces[0][0], pieces[0][1].schema  # an empty shard has no say
-    for path, table in pieces:
-        if not table.schema.equals(first, check_metadata=False):
-            raise SchemaError(f"shard {path} has columns {describe_schema(table.schema)}, but "
-                              f"{first_path} has {describe_schema(first)}; all shards must "
-                              "share one schema")
-    return pa.concat_tables([table for _, table in pieces])
-
-
-def _write_in_order(table: pa.Table, path: Path, order: np.ndarray | None) -> None:
-    """``table`` to ``path`` with its rows in ``order`` (``None``: as they are), a row group
-    at a time (no second copy of the table), vectors plain-encoded: dictionary-encoding them
-    held several times the table in memory."""
-    from ncclean.data.parquet import BATCH_ROWS, dictionary_columns
-
-    encoded = dictionary_columns(table.schema)
-    with pq.ParquetWriter(path, table.schema, compression="zstd", use_dictionary=encoded,
-                          write_statistics=encoded) as writer:
-        for start in range(0, table.num_rows, BATCH_ROWS):
-            writer.write_table(table.slice(start, BATCH_ROWS) if order is None else
-                               table.take(pa.array(order[start:start + BATCH_ROWS])))
-
-
-def _pieces(shard: InputShard):
-    """The rows of ``shard`` as tables: a Parquet shard :data:`~ncclean.data.parquet.BATCH_ROWS`
-    rows at a time (Parquet's reader holds several times the batch it decodes, whatever the row
-    groups), any other whole."""
-    from ncclean.data.parquet import BATCH_ROWS, open_pairs
-
-    if shard.kind != "parquet":
-        yield read_shard(shard)
-        return
-    for _, _, batch in open_pairs(shard.path).iter_batches(None, BATCH_ROWS):
-        yield pa.Table.from_batches([batch])
-
-
-def held_out_size(n: int) -> int:
-    """How many pairs beyond a fit sample of ``n`` are held out for calibration."""
-    return min(n, 10_000)
-
-
-def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
-    """Fit (or load a fit) and apply it to every shard of the request's ``input`` (see the
-    module docstring); returns a :class:`~ncclean.pipeline.score.ScoreSummary` of the whole run.
-    A saved fit refuses an option it fixes that the request names as ``given``
+def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
+    """Score the request's ``input`` (see the module docstring): returns a
+    :class:`~ncclean.pipeline.score.ScoreSummary` of the whole run. A saved fit refuses an
+    option it fixes that the request names as ``given``
     (:func:`~ncclean.pipeline.preflight.check_fit_options`). Everything that can be checked
     before the fit is: the shards, the output and ``--save-fit`` folders, the fit's options."""
     from ncclean.data.atomic import make_folder, scratch_folder
@@ -206,44 +99,49 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
         check_save_fit,
         check_shards,
     )
-    from ncclean.pipeline.score import cache_path
+    from ncclean.pipeline.route import writes_folder
+    from ncclean.pipeline.score import cache_path, write_fitted
     from ncclean.pipeline.shard import ShardJob
     from ncclean.pipeline.vectors import check_towers, embed_stage, needs_vectors
 
     input, output, method, params = request.input, request.output, request.method, request.params
-    columns, matcher, cut, stages = request.columns, request.matcher, request.cut, request.stages
+    columns, matcher = request.columns, request.matcher
     run, scale, device, given = request.run, request.scale, request.device, request.given
     began = time.perf_counter()
     seconds: dict[str, float] = {}
     shards = list_shards(input)
     inputs = [shard.path for shard in shards]  # the record's fingerprint is of these files
     out = Path(output)
-    to_folder = out.is_dir() or out.suffix != ".parquet"
-    if not to_folder and len(shards) > 1:
+    to_folder = writes_folder(input, out, scale)
+    plan = plan_fit(input, shards, scale, columns, to_folder)
+    if not to_folder and len(shards) > 1 and plan.kept:
         raise BadOptionError(f"{input} has {len(shards)} shards: write them to a folder "
                              "(-o DIR), one output shard per input shard")
     fit = None
     if scale.fit is not None:  # read and checked before any folder is made
         fit = load_fit(scale.fit, device)
-        check_fit_options(fit.meta, scale.fit, method, params, cut, stages, run, given)
+        check_fit_options(fit.meta, scale.fit, method, params, request.cut, request.stages,
+                          run, given)
         check_fit_columns(fit.meta, columns, scale.fit)
         method = fit.meta["method"]
-    else:
-        if method == AUTO_METHOD:  # as one pass picks for the vector columns the run reads
+    elif plan.kept:
+        if method == AUTO_METHOD:  # as a fit picks for the vector columns the run reads
             method = _auto_method(columns, matcher, device)
         from ncclean.methods.base import make_method
 
         make_method(method, params)  # an unknown method or a bad parameter: before any work
-    if needs_vectors(columns):
+    if needs_vectors(columns) and not plan.in_place:
         check_towers()
     check_shards(input, shards)
-    id_name = id_column(shards[0], columns)
+    id_name = id_column(shards[0], columns) if plan.kept else None  # pairs are keyed by id
     check_output(input, out, to_folder)
     check_save_fit(scale.save_fit)
     if scale.engine == "ray" and scale.ray_address:  # before the fit, not after it
         from ncclean.pipeline.ray_engine import check_address
 
         check_address(scale.ray_address)
+    if not plan.kept:  # one shard, every pair fitted: its application is the fit's results
+        return write_fitted(request, _fit(request, shards, None, None, None, progress, plan))
     scan = scan_ids(shards, id_name)
     if not scan.total:
         raise EmptyInputError(f"{input}: no pairs in its {len(shards)} shard"
@@ -254,7 +152,7 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
     nulled = [(IMAGE_BYTES,) if s.kind == "webdataset" else () for s in shards]  # in the tar
     with scratch_folder(out if to_folder else out.parent) as scratch:
         embedded = None
-        if needs_vectors(columns):
+        if needs_vectors(columns) and not plan.in_place:
             embedded = embed_stage([shards[k] for k in kept], columns,
                                    cache_path(run.cache_dir), scratch, device,
                                    run.max_image_pixels or DEFAULT_MAX_PIXELS, scale.engine,
@@ -268,9 +166,11 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
         if fit is not None:
             fit_dir = Path(scale.fit)
         else:
-            copies = _copies([shards[k] for k in kept], columns, scratch)
-            fit = _fit(request.but(method=method, columns=columns), shards, scan, id_name,
-                       scratch, progress, copies)
+            fitting = request.but(method=method, columns=columns)
+            copies = None if plan.in_place else _copies([shards[k] for k in kept], columns,
+                                                        scratch)
+            fit = _keep(fitting, _fit(fitting, shards, scan, id_name, scratch, progress, plan,
+                                      copies), scan.total, scratch)
             fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began - seconds.get("embed", 0.0)
@@ -293,7 +193,8 @@ def score_sharded(request: ScoreRequest, progress: Progress = no_progress):
 
 def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
     """The method ``auto`` stands for on the vector columns a sharded run reads (its own, or
-    the embed stage's), as one pass decides it (:func:`~ncclean.methods.choose.auto_method`)."""
+    the embed stage's), as a fit of every pair decides it
+    (:func:`~ncclean.methods.choose.auto_method`)."""
     from ncclean.methods.choose import auto_method
     from ncclean.models.resolve import matcher_config
     from ncclean.pipeline.vectors import vector_columns
@@ -308,6 +209,8 @@ def _copies(shards: list[InputShard], columns: Columns, scratch: Path):
     """Decoded copies of the Parquet ``shards``' scored columns, made while the fit sample is
     drawn (:class:`~ncclean.data.held.DecodedCopies`), when the scratch folder's disk has room;
     else ``None``."""
+    import pyarrow.parquet as pq
+
     from ncclean.data.held import copies_for
     from ncclean.pipeline.shard import held_columns
 
@@ -317,42 +220,56 @@ def _copies(shards: list[InputShard], columns: Columns, scratch: Path):
     return copies_for(paths, held_columns(columns, pq.read_schema(paths[0])), scratch)
 
 
-def _fit(request: ScoreRequest, shards, scan: IdScan, id_name: str, scratch: Path, progress,
-         copies=None):
-    """The fit: one pass (:func:`score_corpus`) over the sample, kept; ``copies``: see
-    :func:`write_sample`."""
+def _fit(request: ScoreRequest, shards, scan: IdScan | None, id_name: str | None,
+         scratch: Path | None, progress, plan: FitPlan, copies=None) -> dict:
+    """The fit in memory (:func:`~ncclean.pipeline.score.fit_corpus`): on the request's input
+    in place (``plan.in_place``), else on the fit sample written from ``shards`` to
+    ``scratch`` (with the held-out pairs beside it when the method's application calibrates on
+    them; ``copies``: see :func:`~ncclean.pipeline.sample.write_sample`), its stages sharing
+    their search budget with the whole corpus."""
+    from ncclean.pipeline.score import fit_corpus
+
+    if plan.in_place:
+        return fit_corpus(request, progress)
     from ncclean.methods.base import make_method
+
+    chosen = make_method(request.method, request.params)
+    sample = scratch / "sample.parquet"
+    write_sample(shards, scan, id_name, request.scale.sample_size, sample,
+                 scratch / HELD_OUT if chosen.application.held_out else None, copies)
+    return fit_corpus(request.but(input=sample, corpus_pairs=scan.total), progress)
+
+
+HELD_OUT = "held-out.parquet"
+
+
+def _keep(request: ScoreRequest, state: dict, n_corpus: int, scratch: Path):
+    """The :class:`~ncclean.pipeline.fit.Fit` kept from the fit ``state`` of a corpus of
+    ``n_corpus`` pairs (:func:`~ncclean.pipeline.keep.fit_from_state`), recalibrated on the
+    held-out pairs when they were written to ``scratch``."""
+    from ncclean.methods.base import make_method
+    from ncclean.pipeline.fit import check_towers_apply
     from ncclean.pipeline.keep import fit_from_state
-    from ncclean.pipeline.score import score_corpus
     from ncclean.stages.run import significance_mode
 
-    method, columns, stages, run = request.method, request.columns, request.stages, request.run
-    device, n = request.device, request.scale.sample_size
-    chosen = make_method(method, request.params)
-    sample, held_out = scratch / "sample.parquet", scratch / "held-out.parquet"
-    write_sample(shards, scan, id_name, n, sample,
-                 held_out if chosen.application.held_out else None, copies)
-    total = scan.total
-    states: dict = {}
-    score_corpus(request.but(input=sample, output=scratch / "sample-scored.parquet",
-                             corpus_pairs=total), progress,
-                 on_scored=lambda state: states.update(state) or True)  # kept, not written
-    from ncclean.pipeline.fit import check_towers_apply
-
-    check_towers_apply(states["config"])
-    fit = fit_from_state(states, chosen, run.seed, significance_mode(stages, states["result"]),
-                         stages.pseudo_captions, n_corpus=total, device=device)
-    fit.meta["sample"] |= {"n_corpus": total, "fit_sample": n}
+    stages, run, device = request.stages, request.run, request.device
+    check_towers_apply(state["config"])
+    fit = fit_from_state(state, make_method(request.method, request.params), run.seed,
+                         significance_mode(stages, state["result"]), stages.pseudo_captions,
+                         n_corpus=n_corpus, device=device)
+    fit.meta["sample"] |= {"n_corpus": n_corpus, "fit_sample": request.scale.sample_size}
+    held_out = scratch / HELD_OUT
     if held_out.exists():
         from ncclean.data.corpus import read_corpus
         from ncclean.models.features import build_features
         from ncclean.pipeline.keep import calibrate, rescale_sample
 
-        corpus = read_corpus(held_out, columns, strict=False, image_size=None, cache_dir=None)
-        posterior = calibrate(fit, corpus, build_features(corpus, states["config"],
+        corpus = read_corpus(held_out, request.columns, strict=False, image_size=None,
+                             cache_dir=None)
+        posterior = calibrate(fit, corpus, build_features(corpus, state["config"],
                                                           cache_dir=None, device=device), device)
         if posterior is not None:  # the sample's clean_prob on the same scale (keep.py)
-            rescale_sample(fit, states, posterior)
+            rescale_sample(fit, state, posterior)
     return fit
 
 

@@ -124,7 +124,8 @@ def test_every_method_fits_on_a_sample_and_applies(method, tmp_path):
 
 
 def test_a_fit_on_a_sample_needs_vectors(tmp_path):
-    pq.write_table(vector_table(60), tmp_path / "in.parquet")
+    # more pairs than the sample: a fit to apply to the others (every pair fitted needs none)
+    pq.write_table(vector_table(160), tmp_path / "in.parquet")
     with pytest.raises(BadOptionError, match="precomputed vectors with --image-emb-col"):
         score(tmp_path / "in.parquet", tmp_path / "o.parquet", "clip",
               scale=ScaleOptions(fit_sample=100))

@@ -306,7 +306,9 @@ def test_the_fit_sample_is_written_beside_the_output_not_in_the_system_temp(tmp_
     real = sharded.write_sample
     monkeypatch.setattr(sharded, "write_sample",
                         lambda *a, **k: seen.append(Path(a[4])) or real(*a, **k))
-    assert run(capsys, "score", tmp_path / "in", "-o", tmp_path / "out", *CLIP)[0] == 0
+    # a sample smaller than the corpus (a corpus no larger than it is fitted in place)
+    assert run(capsys, "score", tmp_path / "in", "-o", tmp_path / "out", "--fit-sample", "100",
+               *CLIP)[0] == 0
     assert seen and seen[0].parent.parent == tmp_path / "out"
     assert seen[0].parent.name.startswith(".ncclean-scratch-")
 
