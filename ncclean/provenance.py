@@ -63,3 +63,29 @@ def input_sha256(paths: list[Path], root: Path) -> str:
                     for h, p in zip(hashes, paths, strict=True))
     return hashlib.sha256(lines.encode()).hexdigest()
 
+
+
+def input_sha256_soon(paths: list[Path], root: Path):
+    """:func:`input_sha256` started now on a thread of its own (a daemon: a run that fails
+    meanwhile does not wait for it), so that hashing the input overlaps the run's work instead
+    of following it; returns a function that waits for it."""
+    import threading
+
+    done: dict = {}
+
+    def work() -> None:
+        try:
+            done["digest"] = input_sha256([p for p in paths if Path(p).is_file()], root)
+        except BaseException as error:  # raised where the digest is asked for
+            done["error"] = error
+
+    thread = threading.Thread(target=work, name="input-sha256", daemon=True)
+    thread.start()
+
+    def result() -> str:
+        thread.join()
+        if "error" in done:
+            raise done["error"]
+        return done["digest"]
+
+    return result

@@ -241,17 +241,19 @@ class ScoreRequest:
     argv: tuple[str, ...] = ()
     corpus_pairs: int | None = None
 
-    def provenance(self, files: list, root) -> dict:
+    def provenance(self, files: list, root, fingerprint=None) -> dict:
         """The run record's provenance: ``started`` (UTC, ISO 8601), ``argv`` (the command
-        line), ``input_sha256`` (a fingerprint of ``files``, the input's, under ``root``) and
-        ``versions`` (ncclean's and its main dependencies')."""
+        line), ``input_sha256`` (a fingerprint of ``files``, the input's, under ``root``; or
+        ``fingerprint()``, when it was started earlier,
+        :func:`ncclean.provenance.input_sha256_soon`) and ``versions`` (ncclean's and its main
+        dependencies')."""
         from pathlib import Path
 
         from ncclean.provenance import MAIN_PACKAGES, input_sha256, versions
 
-        return {"started": self.started, "argv": list(self.argv),
-                "input_sha256": input_sha256([Path(f) for f in files if Path(f).is_file()],
-                                             Path(root)),
+        digest = fingerprint() if fingerprint is not None else input_sha256(
+            [Path(f) for f in files if Path(f).is_file()], Path(root))
+        return {"started": self.started, "argv": list(self.argv), "input_sha256": digest,
                 "versions": versions(*MAIN_PACKAGES)}
 
     def options(self) -> dict[str, dict]:

@@ -8,7 +8,7 @@ order, worker count and resume do not change it. Reading it holds one shard and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,10 +45,12 @@ class IdScan:
     """The ids of a sharded corpus, read once: ``keys[k]`` ``(rows,) uint64`` the id hashes of
     shard ``k`` (:func:`~ncclean.data.shards.pair_keys`) and ``duplicates[k]`` its rows whose id
     appeared earlier in the corpus (in shard order, then row order), sorted. The driver holds 8
-    bytes a pair."""
+    bytes a pair. ``paths[k]``: the file shard ``k`` was read from (its keys are that file's, row
+    for row)."""
 
     keys: list[np.ndarray]
     duplicates: list[np.ndarray]
+    paths: list[Path] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -63,8 +65,9 @@ def scan_ids(shards: list[InputShard], id_name: str) -> IdScan:
     distinct, counts = np.unique(every, return_counts=True)
     repeated = distinct[counts > 1]  # sorted
     duplicates = [np.zeros(0, np.int64) for _ in shards]
+    paths = [shard.path for shard in shards]
     if not len(repeated):
-        return IdScan(keys, duplicates)
+        return IdScan(keys, duplicates, paths)
     seen: set[str] = set()
     for k, shard in enumerate(shards):  # only the rows whose key repeats, in corpus order
         rows = np.flatnonzero(find_sorted(repeated, keys[k])[1])
@@ -78,7 +81,7 @@ def scan_ids(shards: list[InputShard], id_name: str) -> IdScan:
                 later.append(row)
             seen.add(text)
         duplicates[k] = np.asarray(later, dtype=np.int64)
-    return IdScan(keys, duplicates)
+    return IdScan(keys, duplicates, paths)
 
 
 def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | None,
@@ -96,17 +99,24 @@ def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | 
     sampled = n is not None and total > n
     chosen = {"sample": kept[:n] if sampled else None, "held_out": kept[n:] if sampled else None}
     parts: dict[str, list[tuple[Path, pa.Table]]] = {"sample": [], "held_out": []}
-    for shard in shards:  # the sampled rows (all of them up to n)
+    part_keys: dict[str, list[np.ndarray]] = {"sample": [], "held_out": []}
+    for k, shard in enumerate(shards):  # the sampled rows (all of them up to n)
+        scanned = scan.keys[k] if k < len(scan.paths) and scan.paths[k] == shard.path else None
+        at = 0
         for table in _pieces(shard):
             if copies is not None and shard.kind == "parquet":
                 copies.add(shard.path, table)
             if not sampled:
                 parts["sample"].append((shard.path, table))
                 continue
-            keys = pair_keys(table.column(id_name))
+            # the scan's keys of these rows, or (a shard the embed stage rewrote) their own
+            keys = scanned[at:at + table.num_rows] if scanned is not None and \
+                at + table.num_rows <= len(scanned) else pair_keys(table.column(id_name))
+            at += table.num_rows
             for name, wanted in chosen.items():
-                parts[name].append((shard.path, table.filter(
-                    pa.array(find_sorted(wanted, keys)[1]))))
+                found = find_sorted(wanted, keys)[1]
+                parts[name].append((shard.path, table.filter(pa.array(found))))
+                part_keys[name].append(keys[found])
     if copies is not None:
         copies.close()
     for name, path in (("sample", dest), ("held_out", held_out if sampled else None)):
@@ -114,7 +124,8 @@ def write_sample(shards: list[InputShard], scan: IdScan, id_name: str, n: int | 
             continue
         table = _concat(parts.pop(name))
         # hash order: independent of shard order and names
-        order = np.argsort(pair_keys(table.column(id_name)), kind="stable") if sampled else None
+        order = np.argsort(np.concatenate(part_keys.pop(name) or [np.zeros(0, np.uint64)]),
+                           kind="stable") if sampled else None
         if table.num_rows:
             _write_in_order(table, path, order)
         del table

@@ -142,6 +142,9 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
         check_address(scale.ray_address)
     if not plan.kept:  # one shard, every pair fitted: its application is the fit's results
         return write_fitted(request, _fit(request, shards, None, None, None, progress, plan))
+    from ncclean.provenance import input_sha256_soon
+
+    fingerprint = input_sha256_soon(inputs, Path(input))  # beside the work, not after it
     scan = scan_ids(shards, id_name)
     if not scan.total:
         raise EmptyInputError(f"{input}: no pairs in its {len(shards)} shard"
@@ -188,7 +191,7 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
         seconds["apply"] = time.perf_counter() - applying
     extra = {"empty_shards": empty} | ({} if embedded is None else {"embedded": {
         "towers": embedded.identity, "computed": embedded.computed, "cached": embedded.cached}})
-    return _finish(request, out, to_folder, fit, reports, seconds, began, inputs, extra)
+    return _finish(request, out, to_folder, fit, reports, seconds, began, fingerprint, extra)
 
 
 def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
@@ -274,8 +277,9 @@ def _keep(request: ScoreRequest, state: dict, n_corpus: int, scratch: Path):
 
 
 def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: list[dict],
-            seconds: dict, began: float, inputs: list[Path], extra: dict | None = None):
-    """The run record (written beside the output) and the summary of the whole run."""
+            seconds: dict, began: float, fingerprint, extra: dict | None = None):
+    """The run record (written beside the output) and the summary of the whole run;
+    ``fingerprint()``: the input's fingerprint (:func:`~ncclean.provenance.input_sha256_soon`)."""
     from ncclean.data.parquet import sidecar_path, write_json
     from ncclean.data.results import PARTITIONS
     from ncclean.pipeline.score import ScoreSummary
@@ -296,7 +300,7 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
                 "sample": fit.meta["sample"], "signal": fit.meta["signal"]},
         "engine": scale.engine, "write": run.write,
         "options": request.options(),
-        **request.provenance(inputs, input),
+        **request.provenance([], input, fingerprint),
         "estimated_noise_rate": fit.meta["noise_rate"],
         "estimated_noise_ci95": fit.meta.get("noise_interval"), "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts,
