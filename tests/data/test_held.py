@@ -33,3 +33,36 @@ def test_held_columns_and_streamed_ones_make_the_file_s_rows(tmp_path):
             assert offsets[0] == want_offsets[0] == 0
             assert sum(b.num_rows for *_, b in kept.iter_batches(columns, 128)) == part.n_rows
 
+
+
+def test_a_decoded_copy_gives_the_rows_of_any_part(tmp_path):
+    from ncclean.data.held import DecodedCopies
+
+    pq.write_table(_table(1000), tmp_path / "in.parquet", row_group_size=100)
+    source = open_pairs(tmp_path / "in.parquet")
+    copies = DecodedCopies(tmp_path, ["id", "caption"])
+    for _, _, batch in source.iter_batches(None, 96):  # batches across the row groups
+        copies.add(source.path, pa.Table.from_batches([batch]))
+    copies.close()
+    start = 0
+    for part in windows(source, 300):
+        kept = held(part, ["caption", "id"], copies.paths[source.path], start)
+        want = held(part, ["caption", "id"])
+        assert kept.table.equals(want.table)
+        start += part.n_rows
+
+
+def test_decoded_copies_need_room_on_the_disk(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from ncclean.data.held import copies_for, decoded_bytes
+
+    pq.write_table(_table(1000), tmp_path / "in.parquet")
+    need = decoded_bytes([tmp_path / "in.parquet"], ["id", "caption"])
+    assert need > 0
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(0, 0, 2 * need))
+    assert copies_for([tmp_path / "in.parquet"], ["id", "caption"], tmp_path) is not None
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(0, 0, 2 * need - 2))
+    assert copies_for([tmp_path / "in.parquet"], ["id", "caption"], tmp_path) is None

@@ -339,3 +339,23 @@ def test_a_sample_pair_and_its_applied_copy_get_the_same_significance(monkeypatc
     both = np.isfinite(fitted) & np.isfinite(applied)
     assert both.sum() > 100
     np.testing.assert_allclose(fitted[both], applied[both], rtol=0, atol=1e-6)
+
+
+def test_the_application_reads_the_decoded_copies_and_writes_the_same(monkeypatch, tmp_path):
+    """The fit sample's pass keeps the shards decoded (data/held.py); applying from those
+    copies writes what decoding the shards again writes, byte for byte."""
+    import ncclean.data.held
+
+    write_shards(vector_table(600, seed=5), tmp_path / "in", 3)
+    read = []
+    monkeypatch.setattr(ncclean.data.held, "read_decoded",
+                        lambda *args, real=ncclean.data.held.read_decoded:
+                        read.append(args) or real(*args))
+    run(tmp_path / "in", tmp_path / "with", fit_sample=200)
+    assert len(read) == 3  # one part per shard, each from its copy
+    monkeypatch.setattr(ncclean.data.held, "copies_for", lambda *args: None)
+    run(tmp_path / "in", tmp_path / "without", fit_sample=200)
+    assert len(read) == 3
+    for name in ("part-000", "part-001", "part-002"):
+        assert (tmp_path / "with" / f"{name}.parquet").read_bytes() == \
+            (tmp_path / "without" / f"{name}.parquet").read_bytes()
