@@ -65,10 +65,12 @@ class Applied:
 
 
 def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
-                    shard_captions: tuple[np.ndarray, np.ndarray] | None = None) -> Applied:
+                    shard_captions: tuple[np.ndarray, np.ndarray] | None = None,
+                    caption_keys: np.ndarray | None = None) -> Applied:
     """Score every usable pair of ``features`` (of ``corpus``, one shard or a part of one) with
     ``fit``; the contract's columns for every row of the corpus. ``shard_captions``: the
-    shard's caption keys and their counts (sorted keys), when ``corpus`` is a part of it."""
+    shard's caption keys and their counts (sorted keys), when ``corpus`` is a part of it;
+    ``caption_keys``: the key of every row's caption, when already computed."""
     widths = [int(features.image_data.shape[1]), int(features.text_data.shape[1])]
     if widths != fit.meta["widths"]:
         raise FitError(f"{corpus.source.path}: vectors of widths {widths[0]} and {widths[1]}, "
@@ -99,7 +101,8 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
         sub = features.subset(new)
         application = get_method(fit.meta["method"]).application
         embeddings = application.embeddings(fit.arrays, fit.matcher, sub, device)
-        caption_key = text_keys([corpus.captions[r] for r in features.rows])
+        caption_key = text_keys([corpus.captions[r] for r in features.rows]) \
+            if caption_keys is None else caption_keys[features.rows]
         signal = application.signal(fit.arrays, fit.meta, sub, embeddings, columns, new,
                                     caption_key[new])
         clean_prob[new] = np.interp(signal, fit.arrays["table.x"], fit.arrays["table.y"])

@@ -153,7 +153,10 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
         _mark_embed_problems(corpus, part)
     features = build_features(corpus, MatcherConfig.from_dict(fit.meta["matcher"]),
                               cache_dir=None, device=device)
-    applied = apply_to_corpus(fit, corpus, features, device, shard_captions=captions)
+    rows = None if captions is None else captions[2][first_row:first_row + corpus.n_pairs]
+    applied = apply_to_corpus(fit, corpus, features, device,
+                              shard_captions=None if captions is None else captions[:2],
+                              caption_keys=rows)
     updates = applied.columns
     if run.write == "all" and job.nulled:  # a tar's images: referenced, not copied
         updates = updates | {name: _nulls(corpus.n_pairs) for name in job.nulled}
@@ -189,8 +192,8 @@ def _mark_embed_problems(corpus, part) -> None:
 
 
 def _caption_counts(source, columns: Columns):
-    """The sorted caption keys of every row of ``source`` and their counts (one pass over the
-    caption column)."""
+    """The sorted caption keys of every row of ``source``, their counts, and every row's key
+    (one pass over the caption column)."""
     import numpy as np
 
     from ncclean.data.schema import resolve_columns
@@ -199,7 +202,8 @@ def _caption_counts(source, columns: Columns):
     name = resolve_columns(columns, source.schema).caption
     keys = [text_keys(["" if t is None else t for t in batch.column(0).to_pylist()])
             for _, _, batch in source.iter_batches([name])]
-    return np.unique(np.concatenate(keys), return_counts=True)
+    every = np.concatenate(keys)
+    return (*np.unique(every, return_counts=True), every)
 
 
 def _nulls(n: int):
