@@ -1,7 +1,8 @@
-"""A part of a Parquet source whose scored columns are read once and held in memory, so that
-scoring the part and writing it back decode them once: a million dictionary-encoded float16
-vectors take seconds to decode, and the reader of the corpus and the writer of the output would
-each decode them. Other columns (image bytes, a user's own) are still streamed from the file."""
+"""The scored columns of Parquet shards kept decoded (:class:`DecodedCopies`, written while
+another pass decodes the shards anyway), and a part of a shard that reads them from there
+(:func:`held`): a million dictionary-encoded float16 vectors take seconds to decode, and both
+the reader of the corpus and the writer of the output would otherwise decode them. Other columns
+(image bytes, a user's own) are still streamed from the file."""
 
 from __future__ import annotations
 
@@ -16,46 +17,48 @@ from ncclean.data.parquet import BATCH_ROWS, PairSource, Shard
 
 
 @dataclass(frozen=True)
-class HeldSource(PairSource):
-    """A :class:`PairSource` of one shard (or some row groups of one) whose columns ``table``
-    holds are served from memory; :meth:`iter_batches` reads only the others from the file."""
+class CopiedSource(PairSource):
+    """A :class:`PairSource` of one shard (or some row groups of one, from the shard's row
+    ``start``) whose columns ``copied`` are read, batch by batch, from the shard's
+    :class:`DecodedCopies` file ``decoded`` instead of being decoded from Parquet; the others
+    are read from the file as usual. Memory holds a batch, as reading the Parquet would."""
 
-    table: pa.Table | None = None
+    decoded: Path | None = None
+    start: int = 0
+    copied: tuple[str, ...] = ()
 
     def iter_batches(self, columns: list[str] | None = None, batch_rows: int = BATCH_ROWS
                      ) -> Iterator[tuple[Shard, int, pa.RecordBatch]]:
         names = self.schema.names if columns is None else list(columns)
-        others = [name for name in names if name not in self.table.column_names]
-        if not others:
-            offset = self.shards[0].first_row
-            for batch in self.table.select(names).to_batches(max_chunksize=batch_rows):
-                yield self.shards[0], offset, batch
-                offset += batch.num_rows
-            return
-        for shard, offset, batch in super().iter_batches(others, batch_rows):
-            start = offset - shard.first_row
+        others = [name for name in names if name not in self.copied]
+        shard = self.shards[0]
+        if others:
+            batches = ((offset - shard.first_row, batch) for _, offset, batch
+                       in super().iter_batches(others, batch_rows))
+        else:
+            batches = ((at, None) for at in range(0, self.n_rows, batch_rows))
+        for at, batch in batches:
+            size = batch.num_rows if batch is not None else min(batch_rows, self.n_rows - at)
+            rows = read_decoded(self.decoded, self.start + at, size)
+            if rows is None:
+                raise OSError(f"{self.decoded}: the decoded copy of {self.path} is gone")
             arrays = [batch.column(name) if name in others else
-                      self.table.column(name).slice(start, batch.num_rows).combine_chunks()
-                      for name in names]
-            yield shard, offset, pa.RecordBatch.from_arrays(arrays, names=names)
+                      rows.column(name).combine_chunks() for name in names]
+            yield shard, shard.first_row + at, pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 def held(part: PairSource, columns: Sequence[str], decoded: Path | None = None,
-         start: int = 0) -> HeldSource:
-    """``part`` (one shard, or some row groups of one, from the shard's row ``start``) with its
-    ``columns`` in memory: read from the shard's :class:`DecodedCopies` file ``decoded`` when
-    there is one, else from ``part`` itself."""
-    if len(part.shards) != 1:
-        raise ValueError(f"a held source is one shard, not {len(part.shards)}")
-    columns = list(dict.fromkeys(columns))
-    table = read_decoded(decoded, start, part.n_rows) if decoded is not None else None
-    if table is not None and table.column_names != columns:
-        table = table.select(columns) if set(columns) <= set(table.column_names) else None
-    if table is None:
-        batches = [batch for _, _, batch in part.iter_batches(columns)]
-        table = pa.Table.from_batches(batches) if batches else \
-            pa.schema([part.schema.field(name) for name in columns]).empty_table()
-    return HeldSource(part.path, part.shards, part.schema, table)
+         start: int = 0) -> PairSource:
+    """``part`` (one shard, or some row groups of one, from the shard's row ``start``) reading
+    its ``columns`` from the shard's :class:`DecodedCopies` file ``decoded`` when that file is
+    there and holds them (:class:`CopiedSource`), else ``part`` itself."""
+    if decoded is None or len(part.shards) != 1:
+        return part
+    probe = read_decoded(decoded, start, min(1, part.n_rows))
+    if probe is None or not set(columns) <= set(probe.column_names):
+        return part
+    return CopiedSource(part.path, part.shards, part.schema, decoded, start,
+                        tuple(probe.column_names))
 
 
 class DecodedCopies:

@@ -143,7 +143,7 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     from ncclean.models.matcher import MatcherConfig
     from ncclean.pipeline.apply import apply_to_corpus
 
-    # read once (or from the decoded copy): scored, then written back
+    # its scored columns from the decoded copy, when there is one: not decoded twice more
     part = held(part, held_columns(columns, part.schema), job.decoded, first_row)
     corpus = read_corpus(part, columns, strict=run.strict, image_size=None, cache_dir=None)
     if job.duplicates:

@@ -1,5 +1,5 @@
-"""A held part serves its columns from memory and streams the others, batch for batch as the
-file would."""
+"""A part read from its decoded copy gives the rows the file gives, batch for batch; without a
+copy it is read from the file."""
 
 from __future__ import annotations
 
@@ -21,22 +21,8 @@ def _rows(batches) -> tuple[list[int], pa.Table]:
     return [offset for _, offset, _ in batches], pa.Table.from_batches([b for *_, b in batches])
 
 
-def test_held_columns_and_streamed_ones_make_the_file_s_rows(tmp_path):
-    pq.write_table(_table(1000), tmp_path / "in.parquet", row_group_size=100)
-    for part in windows(open_pairs(tmp_path / "in.parquet"), 300):
-        kept = held(part, ["id", "caption"])
-        assert kept.table.column_names == ["id", "caption"]
-        for columns in (None, ["id"], ["image", "id"], ["score", "caption", "image"]):
-            offsets, got = _rows(kept.iter_batches(columns, 128))
-            want_offsets, want = _rows(part.iter_batches(columns, 128))
-            assert got.equals(want)
-            assert offsets[0] == want_offsets[0] == 0
-            assert sum(b.num_rows for *_, b in kept.iter_batches(columns, 128)) == part.n_rows
-
-
-
-def test_a_decoded_copy_gives_the_rows_of_any_part(tmp_path):
-    from ncclean.data.held import DecodedCopies
+def test_a_part_read_from_its_decoded_copy_gives_the_file_s_rows(tmp_path):
+    from ncclean.data.held import CopiedSource, DecodedCopies
 
     pq.write_table(_table(1000), tmp_path / "in.parquet", row_group_size=100)
     source = open_pairs(tmp_path / "in.parquet")
@@ -47,9 +33,19 @@ def test_a_decoded_copy_gives_the_rows_of_any_part(tmp_path):
     start = 0
     for part in windows(source, 300):
         kept = held(part, ["caption", "id"], copies.paths[source.path], start)
-        want = held(part, ["caption", "id"])
-        assert kept.table.equals(want.table)
+        assert isinstance(kept, CopiedSource)
+        for columns in (None, ["id"], ["image", "id"], ["score", "caption", "image"]):
+            offsets, got = _rows(kept.iter_batches(columns, 128))
+            want_offsets, want = _rows(part.iter_batches(columns, 128))
+            assert got.equals(want) and offsets[0] == want_offsets[0] == 0
         start += part.n_rows
+
+
+def test_without_a_copy_a_part_is_read_from_the_file(tmp_path):
+    pq.write_table(_table(100), tmp_path / "in.parquet")
+    part = open_pairs(tmp_path / "in.parquet")
+    assert held(part, ["id"]) is part
+    assert held(part, ["id"], tmp_path / "missing.arrow") is part
 
 
 def test_decoded_copies_need_room_on_the_disk(tmp_path, monkeypatch):
