@@ -1,6 +1,6 @@
 """The scored columns of Parquet shards kept decoded (:class:`DecodedCopies`, written while
 another pass decodes the shards anyway), and a part of a shard that reads them from there
-(:func:`held`): a million dictionary-encoded float16 vectors take seconds to decode, and both
+(:func:`from_copy`): a million dictionary-encoded float16 vectors take seconds to decode, and both
 the reader of the corpus and the writer of the output would otherwise decode them. Other columns
 (image bytes, a user's own) are still streamed from the file."""
 
@@ -47,7 +47,7 @@ class CopiedSource(PairSource):
             yield shard, shard.first_row + at, pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def held(part: PairSource, columns: Sequence[str], decoded: Path | None = None,
+def from_copy(part: PairSource, columns: Sequence[str], decoded: Path | None = None,
          start: int = 0) -> PairSource:
     """``part`` (one shard, or some row groups of one, from the shard's row ``start``) reading
     its ``columns`` from the shard's :class:`DecodedCopies` file ``decoded`` when that file is

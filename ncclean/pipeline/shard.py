@@ -137,14 +137,14 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     """``(part, updates)``: one part of a shard (from its row ``first_row``) scored with
     ``fit``; adds to ``totals``."""
     from ncclean.data.corpus import mark_repeated_ids, read_corpus
-    from ncclean.data.held import held
+    from ncclean.data.held import from_copy
     from ncclean.data.results import partition_counts
     from ncclean.models.features import build_features
     from ncclean.models.matcher import MatcherConfig
     from ncclean.pipeline.apply import apply_to_corpus
 
     # its scored columns from the decoded copy, when there is one: not decoded twice more
-    part = held(part, held_columns(columns, part.schema), job.decoded, first_row)
+    part = from_copy(part, scored_columns(columns, part.schema), job.decoded, first_row)
     corpus = read_corpus(part, columns, strict=run.strict, image_size=None, cache_dir=None)
     if job.duplicates:
         rows = np.asarray(job.duplicates, dtype=np.int64) - first_row
@@ -168,7 +168,7 @@ def _apply_part(fit, part, columns: Columns, captions, job: ShardJob, run: RunOp
     return part, updates
 
 
-def held_columns(columns: Columns, schema: pa.Schema) -> list[str]:
+def scored_columns(columns: Columns, schema: pa.Schema) -> list[str]:
     """The columns of a shard of ``schema`` that scoring reads (and writing then reuses)."""
     from ncclean.data.schema import resolve_columns
 

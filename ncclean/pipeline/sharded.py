@@ -215,12 +215,12 @@ def _copies(shards: list[InputShard], columns: Columns, scratch: Path):
     import pyarrow.parquet as pq
 
     from ncclean.data.held import copies_for
-    from ncclean.pipeline.shard import held_columns
+    from ncclean.pipeline.shard import scored_columns
 
     paths = [shard.path for shard in shards if shard.kind == "parquet"]
     if not paths:
         return None
-    return copies_for(paths, held_columns(columns, pq.read_schema(paths[0])), scratch)
+    return copies_for(paths, scored_columns(columns, pq.read_schema(paths[0])), scratch)
 
 
 def _fit(request: ScoreRequest, shards, scan: IdScan | None, id_name: str | None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ncclean.data.held import held
+from ncclean.data.held import from_copy
 from ncclean.data.parquet import open_pairs, windows
 
 
@@ -32,7 +32,7 @@ def test_a_part_read_from_its_decoded_copy_gives_the_file_s_rows(tmp_path):
     copies.close()
     start = 0
     for part in windows(source, 300):
-        kept = held(part, ["caption", "id"], copies.paths[source.path], start)
+        kept = from_copy(part, ["caption", "id"], copies.paths[source.path], start)
         assert isinstance(kept, CopiedSource)
         for columns in (None, ["id"], ["image", "id"], ["score", "caption", "image"]):
             offsets, got = _rows(kept.iter_batches(columns, 128))
@@ -44,8 +44,8 @@ def test_a_part_read_from_its_decoded_copy_gives_the_file_s_rows(tmp_path):
 def test_without_a_copy_a_part_is_read_from_the_file(tmp_path):
     pq.write_table(_table(100), tmp_path / "in.parquet")
     part = open_pairs(tmp_path / "in.parquet")
-    assert held(part, ["id"]) is part
-    assert held(part, ["id"], tmp_path / "missing.arrow") is part
+    assert from_copy(part, ["id"]) is part
+    assert from_copy(part, ["id"], tmp_path / "missing.arrow") is part
 
 
 def test_decoded_copies_need_room_on_the_disk(tmp_path, monkeypatch):
