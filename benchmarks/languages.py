@@ -40,6 +40,7 @@ way), as children's material writes Arabic.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -88,9 +89,14 @@ def in_kana(text: str) -> str:
 
 def with_vowels(text: str) -> str:
     """``text`` with its Arabic vowels marked (mishkal)."""
+    return vocaliser().tashkeel(text).strip()
+
+
+@functools.lru_cache(maxsize=1)
+def vocaliser():
     import mishkal.tashkeel
 
-    return mishkal.tashkeel.TashkeelClass().tashkeel(text).strip()
+    return mishkal.tashkeel.TashkeelClass()
 
 
 def use(captions: list[str]) -> np.ndarray:
