@@ -244,7 +244,8 @@ class MethodResult:
     ``clean_significant``) when the method draws its own partitions instead of the cut on
     ``clean_prob`` (SDD); ``significance`` the significance mode the method asks for when the
     user chose none; ``alignment`` the CCA the method fitted on the pairs (``clip``), which a
-    saved fit keeps for the pairs it applies to.
+    saved fit keeps for the pairs it applies to, and ``neighbourhood`` the fitted pairs whose
+    agreement ``clip`` adds to its cosine (:mod:`ncclean.methods.neighbours`), kept the same way.
     """
 
     clean_prob: np.ndarray
@@ -258,6 +259,7 @@ class MethodResult:
     partition: Any = None
     significance: str | None = None
     alignment: Any = None
+    neighbourhood: Any = None
 
     @property
     def noise_ci95(self) -> list[float] | None:

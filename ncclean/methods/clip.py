@@ -44,6 +44,7 @@ import numpy as np
 
 from ncclean.data.results import VAGUE
 from ncclean.errors import BadOptionError
+from ncclean.methods import neighbours as near
 from ncclean.methods.align import (
     Alignment,
     PairSums,
@@ -125,6 +126,10 @@ class ClipSimilarity(Application):
             arrays["convention.discount"] = discount[first][kept]
             meta["signal"] = "clip_sim - clip_convention"
             signal = signal - discount
+        if result.neighbourhood is not None:  # the fitted pairs, each new pair's neighbours
+            arrays.update(result.neighbourhood.arrays())
+            meta["signal"] += " + clip_neighbours"
+            signal = signal + np.asarray(result.columns["clip_neighbours"], dtype=np.float64)
         return Kept(signal, np.asarray(clean_prob, np.float64), arrays, meta,
                     keeps_matcher=result.matcher is not None)
 
@@ -152,6 +157,11 @@ class ClipSimilarity(Application):
             discount[seen] = arrays["convention.discount"][at[seen]]
             columns["clip_convention"][new] = discount
             signal -= discount
+        if (hood := near.Neighbourhood.from_arrays(arrays)) is not None:
+            term = hood.score_new(features.image_data, features.text_data, features.image_group,
+                                  features.text_group)
+            columns["clip_neighbours"][new] = term
+            signal += term
         return signal
 
 
@@ -202,6 +212,13 @@ class Clip(Method):
         None, low=0, rule=f"{TRUSTED_RIDGE:g} for a trusted fit (see conventions), "
         f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
         f"{RIDGE:g}", help="CCA ridge shrinkage")
+    neighbours: int | None = param(
+        None, low=0, rule=f"{near.K} where a CCA is fitted on at most {near.MAX_PAIRS:,} pairs of "
+        "a corpus without conventions (see conventions), else 0",
+        help="with a CCA: add the neighbours' agreement to the cosine, read from this many "
+        "nearest pairs by caption and by image (0: none)")
+    neighbour_weight: float = param(
+        near.WEIGHT, low=0, help="the neighbours' agreement's spread, in the cosines' spreads")
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
         "from a two-component mixture")
@@ -255,8 +272,17 @@ class Clip(Method):
                                                          self.batch_size, self.lr)
         similarity = embeddings.pair_similarity(features)
         report: dict = {"embeddings": source}
+        neighbours = term = None
         if alignment is not None:
             report["alignment"] = alignment.describe()
+            if (k := near.neighbour_count(self.neighbours, features.n_pairs,
+                                          shape.has_conventions)) > 0:
+                neighbours = near.fit_neighbours(features.image_data, features.text_data,
+                                                 features.image_group, features.text_group,
+                                                 similarity, k=k, weight=self.neighbour_weight)
+                term = neighbours.score(features.image_group, features.text_group)
+                space = near.with_neighbours(space, neighbours)
+                report["neighbours"] = {"k": k, "weight": self.neighbour_weight}
         discount = caption_discount = None
         if alignment is not None and self._discounts(shape, report):
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
@@ -277,6 +303,8 @@ class Clip(Method):
             if null is not None:  # every pair scored by a fit that did not see it
                 similarity = np.empty(features.n_pairs)
                 similarity[null.rows] = null.scores
+                if term is not None:  # clip_sim is the cosine; the term is its own column
+                    similarity -= term
                 if caption_discount is not None:  # a held-out pair memorised nothing of its own
                     discount = caption_discount[features.text_group]
                     similarity += discount
@@ -287,6 +315,9 @@ class Clip(Method):
                                    folds=1 if alignment is None else 5, seed=context.seed)
             report["null"] = None if null is None else null.describe()
         columns = {"clip_sim": similarity}
+        if term is not None:
+            columns["clip_neighbours"] = term.astype(np.float32)
+            similarity = similarity + term
         if discount is not None:
             columns["clip_convention"] = discount.astype(np.float32)
             similarity = similarity - discount
@@ -306,7 +337,8 @@ class Clip(Method):
             else null.interval(seed=context.seed)
         return MethodResult(clean_prob=clean_prob, columns=columns,
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
-                            noise_interval=interval, report=report, alignment=alignment)
+                            noise_interval=interval, report=report, alignment=alignment,
+                            neighbourhood=None if neighbours is None else neighbours.hood)
 
     def _unaligned(self, features: Features, source: str, reason: str) -> MethodResult:
         """The result where the vectors need a CCA that the pairs cannot give (``reason``, the

@@ -1,0 +1,135 @@
+"""The neighbours' agreement clip adds to its CCA cosine: its reading checked against a brute-force
+one, where the rule adds it, and the same term for a pair fitted and a pair applied."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from ncclean import api
+from ncclean.data.schema import Columns
+from ncclean.methods.neighbours import SAME, fit_neighbours, neighbour_count
+from ncclean.options import ScaleOptions
+from tests.methods.test_clip import wide_corpus
+
+COLUMNS = Columns(image_emb="img", text_emb="txt")
+
+
+def brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, k, refs=None):
+    """``a`` and ``b`` of the pairings ``(pairs_i[m], pairs_t[m])`` of raw ``images`` / ``texts``
+    rows, read the slow way, the neighbours among the fitted entries ``refs`` (raw tables and
+    groups of the fitted pairs; the pairings' own by default)."""
+    ref_images, ref_texts, ref_ig, ref_tg = refs or (images, texts, image_group, text_group)
+    image_mean, text_mean = ref_images[ref_ig].mean(0), ref_texts[ref_tg].mean(0)
+
+    def unit(v, mean):
+        v = v - mean
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    x, y = unit(images, image_mean), unit(texts, text_mean)
+    rx, ry = unit(ref_images, image_mean), unit(ref_texts, text_mean)
+    text_images = {t: rx[ref_ig[ref_tg == t]].mean(0) for t in np.unique(ref_tg)}
+    image_texts = {i: ry[ref_tg[ref_ig == i]].mean(0) for i in np.unique(ref_ig)}
+
+    def nearest(query, table, kept):
+        sims = {e: float(table[e] @ query) for e in kept}
+        return [e for e in sorted(sims, key=sims.get, reverse=True) if sims[e] < SAME][:k]
+
+    a = [x[i] @ np.mean([text_images[e] for e in nearest(y[t], ry, text_images)], axis=0)
+         for i, t in zip(pairs_i, pairs_t)]
+    b = [y[t] @ np.mean([image_texts[e] for e in nearest(x[i], rx, image_texts)], axis=0)
+         for i, t in zip(pairs_i, pairs_t)]
+    return np.array(a), np.array(b)
+
+
+@pytest.fixture
+def entries(rng):
+    images = rng.normal(size=(30, 12)).astype(np.float32)
+    texts = rng.normal(size=(25, 7)).astype(np.float32)
+    # every entry in a pair, and captions and images repeat
+    image_group = np.concatenate([np.arange(30), rng.integers(0, 30, size=30)])
+    text_group = np.concatenate([np.arange(25), rng.integers(0, 25, size=35)])
+    return images, texts, image_group, text_group
+
+
+def test_the_agreement_is_the_brute_force_reading_for_any_pairing(entries, rng):
+    images, texts, image_group, text_group = entries
+    fitted = fit_neighbours(images, texts, image_group, text_group, rng.normal(size=60), k=4)
+    pairs_i, pairs_t = rng.integers(0, 30, size=40), rng.integers(0, 25, size=40)
+    a, b = fitted.agreement(pairs_i, pairs_t)
+    want_a, want_b = brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, 4)
+    np.testing.assert_allclose(a, want_a, atol=1e-5)
+    np.testing.assert_allclose(b, want_b, atol=1e-5)
+
+
+def test_new_pairs_find_their_neighbours_among_the_fitted_ones(entries, rng):
+    images, texts, image_group, text_group = entries
+    fitted = fit_neighbours(images, texts, image_group, text_group, rng.normal(size=60), k=3)
+    new_images = np.concatenate([rng.normal(size=(5, 12)), images[:2]]).astype(np.float32)
+    new_texts = np.concatenate([rng.normal(size=(5, 7)), texts[:2]]).astype(np.float32)
+    new_ig, new_tg = np.arange(7), np.arange(7)
+    a, b = brute_force(new_images, new_texts, new_ig, new_tg, new_ig, new_tg, 3,
+                       refs=(images, texts, image_group, text_group))
+    term = fitted.hood.score_new(new_images, new_texts, new_ig, new_tg)
+    np.testing.assert_allclose(term, fitted.hood.term(a, b), atol=1e-5)
+
+
+def test_its_spread_is_the_weight_times_the_cosines(entries, rng):
+    images, texts, image_group, text_group = entries
+    cosine = rng.normal(scale=0.2, size=60)
+    fitted = fit_neighbours(images, texts, image_group, text_group, cosine, k=4, weight=0.5)
+    a, b = fitted.agreement(image_group, text_group)
+    assert fitted.hood.weights[0] * np.std(a) == pytest.approx(0.25 * np.std(cosine))
+    assert fitted.hood.weights[1] * np.std(b) == pytest.approx(0.25 * np.std(cosine))
+
+
+def test_the_rule_adds_it_to_small_fits_without_conventions():
+    assert neighbour_count(None, 8_000, conventions=False) == 10
+    assert neighbour_count(None, 8_000, conventions=True) == 0
+    assert neighbour_count(None, 60_000, conventions=False) == 0
+    assert neighbour_count(5, 60_000, conventions=True) == 5
+
+
+def test_clip_adds_the_term_to_a_corpus_of_names_and_not_to_one_of_conventions(tmp_path, rng):
+    wide_corpus(tmp_path / "names.parquet", rng)
+    wide_corpus(tmp_path / "labels.parquet", rng, labelled=30)
+    for name, added in (("names", True), ("labels", False)):
+        summary = api.score(tmp_path / f"{name}.parquet", tmp_path / f"{name}-out.parquet",
+                            method="clip", columns=COLUMNS, cache_dir=False)
+        report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
+        columns = pq.read_schema(summary.output).names
+        assert ("neighbours" in report) is added and ("clip_neighbours" in columns) is added
+
+
+def with_ids(path):
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("id", [[f"p{k}" for k in range(table.num_rows)]]), path)
+    return path
+
+
+def test_a_fitted_pair_applied_again_gets_the_term_its_fit_gave_it(tmp_path, rng):
+    wide_corpus(tmp_path / "in.parquet", rng)
+    with_ids(tmp_path / "in.parquet")
+    run = dict(method="clip", columns=COLUMNS, seed=1, cache_dir=False)
+    api.score(tmp_path / "in.parquet", tmp_path / "fitted.parquet",
+              scale=ScaleOptions(save_fit=tmp_path / "fit"), **run)
+    api.score(tmp_path / "in.parquet", tmp_path / "applied.parquet",
+              scale=ScaleOptions(fit=tmp_path / "fit"), **run)
+    fitted = pq.read_table(tmp_path / "fitted.parquet").column("clip_neighbours").to_numpy()
+    applied = pq.read_table(tmp_path / "applied.parquet").column("clip_neighbours").to_numpy()
+    assert np.isfinite(applied).all() and np.std(fitted) > 0
+    np.testing.assert_allclose(applied, fitted, atol=0.01 * np.std(fitted))
+
+
+def test_shards_beyond_the_sample_get_the_term_from_the_fitted_pairs(tmp_path, rng):
+    from tests.pipeline.corpora import write_shards
+
+    wide_corpus(tmp_path / "emb.parquet", rng)
+    write_shards(pq.read_table(with_ids(tmp_path / "emb.parquet")), tmp_path / "in", 3)
+    api.score(tmp_path / "in", tmp_path / "out", method="clip", columns=COLUMNS, seed=1,
+              cache_dir=False, scale=ScaleOptions(fit_sample=150))
+    parts = [pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))]
+    term = np.concatenate([p.column("clip_neighbours").to_numpy() for p in parts])
+    assert len(term) == 240 and np.isfinite(term).all()
