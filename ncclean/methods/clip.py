@@ -189,7 +189,8 @@ class Clip(Method):
         "With a CCA, a repeated caption's score loses what only its own pairs taught the fit "
         "(conventions; benchmarks/results/natural-noise.md) where captions that many pairs "
         "share make a convention; elsewhere the fit is trusted and shrunk less "
-        "(benchmarks/results/rules.md).",
+        "(benchmarks/results/rules.md), and the cosine gains the neighbours' agreement "
+        "(benchmarks/results/neighbours.md).",
     )
 
     keep_fraction: float | None = param(

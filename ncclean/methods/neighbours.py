@@ -38,7 +38,7 @@ from ncclean.methods.null_rate import Cosine, Space
 
 K = 10
 WEIGHT = 0.5
-MAX_PAIRS = 50_000
+MAX_PAIRS = 20_000
 #: Two vectors at this cosine or more are one caption (image): never each other's neighbours.
 SAME = 0.9999
 _BLOCK = 1024
