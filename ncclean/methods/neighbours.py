@@ -36,7 +36,7 @@ import torch
 
 from ncclean.methods.null_rate import Cosine, Space
 
-K = 10
+K = 5
 WEIGHT = 0.5
 MAX_PAIRS = 20_000
 #: Two vectors at this cosine or more are one caption (image): never each other's neighbours.

@@ -86,7 +86,7 @@ def test_its_spread_is_the_weight_times_the_cosines(entries, rng):
 
 
 def test_the_rule_adds_it_to_small_fits_without_conventions():
-    assert neighbour_count(None, 8_000, conventions=False) == 10
+    assert neighbour_count(None, 8_000, conventions=False) == 5
     assert neighbour_count(None, 8_000, conventions=True) == 0
     assert neighbour_count(None, 30_000, conventions=False) == 0
     assert neighbour_count(5, 60_000, conventions=True) == 5
