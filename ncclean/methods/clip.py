@@ -217,7 +217,7 @@ class Clip(Method):
         None, low=0, rule=f"{near.K} where a CCA is fitted on at most {near.MAX_PAIRS:,} pairs of "
         "a corpus without conventions (see conventions), else 0",
         help="with a CCA: add the neighbours' agreement to the cosine, read from this many "
-        "nearest pairs by caption and by image (0: none)")
+        "nearest captions and images (0: none)")
     neighbour_weight: float = param(
         near.WEIGHT, low=0, help="the neighbours' agreement's spread, in the cosines' spreads")
     posterior: Literal["auto", "mixture"] = param(
