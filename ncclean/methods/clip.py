@@ -219,7 +219,8 @@ class Clip(Method):
         help="with a CCA: add the neighbours' agreement to the cosine, read from this many "
         "nearest captions and images (0: none)")
     neighbour_weight: float = param(
-        near.WEIGHT, low=0, help="the neighbours' agreement's spread, in the cosines' spreads")
+        near.WEIGHT, low=0, help="each side of the neighbours' agreement has half this times "
+        "the cosines' spread")
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
         "from a two-component mixture")

@@ -101,21 +101,28 @@ class Neighbourhood:
         k, weight_a, weight_b = arrays["neighbours.shape"]
         tables = [np.asarray(arrays[f"neighbours.{name}"], np.float32) for name in (
             "image_mean", "text_mean", "images", "texts", "image_texts", "text_images")]
+        # unit length again after float16: else an entry's cosine with itself strays about
+        # 1e-4 from 1, across SAME, and a fitted entry applied again counts itself
+        for side in (2, 3):
+            tables[side] = tables[side] / np.maximum(
+                np.linalg.norm(tables[side], axis=1, keepdims=True), 1e-12)
         return cls(*tables, int(k), (float(weight_a), float(weight_b)))
 
 
 @dataclass(frozen=True)
 class FittedNeighbours:
-    """A :class:`Neighbourhood` fitted on pairs of image and caption entries, with every entry's
-    target: ``score(image_entries, text_entries)`` is the term of any pairing of them."""
+    """A :class:`Neighbourhood` fitted on pairs of image and caption entries, with every entry
+    (``images``, ``texts``: unit length, those in no pair too) and its target:
+    ``score(image_entries, text_entries)`` is the term of any pairing of them."""
 
     hood: Neighbourhood
+    images: np.ndarray
+    texts: np.ndarray
     by_caption: np.ndarray
     by_image: np.ndarray
 
     def agreement(self, image_entries: np.ndarray, text_entries: np.ndarray):
-        return self.hood.agreement(self.hood.images[image_entries],
-                                   self.hood.texts[text_entries],
+        return self.hood.agreement(self.images[image_entries], self.texts[text_entries],
                                    self.by_caption[text_entries], self.by_image[image_entries])
 
     def score(self, image_entries: np.ndarray, text_entries: np.ndarray) -> np.ndarray:
@@ -126,21 +133,25 @@ def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarra
                    text_group: np.ndarray, cosine: np.ndarray, *, k: int = K,
                    weight: float = WEIGHT) -> FittedNeighbours:
     """The neighbourhood of the pairs ``(image_group[p], text_group[p])`` of the raw entry
-    tables ``images`` and ``texts``, weighted so that its term has ``weight`` times the spread
-    of the pairs' ``cosine`` (``(n_pairs,)``, the CCA's), half from each side."""
+    tables ``images`` and ``texts`` (entries in no pair are no one's neighbours), weighted so
+    that each side of its term has ``weight / 2`` times the spread of the pairs' ``cosine``
+    (``(n_pairs,)``, the CCA's); a side that does not vary gets none."""
     image_mean = np.asarray(images, np.float32)[image_group].mean(0)
     text_mean = np.asarray(texts, np.float32)[text_group].mean(0)
     unit_images, unit_texts = _unit(images, image_mean), _unit(texts, text_mean)
-    tables = (image_mean, text_mean, unit_images, unit_texts,
-              _group_means(unit_texts[text_group], image_group, len(unit_images)),
-              _group_means(unit_images[image_group], text_group, len(unit_texts)))
+    paired_images, image_at = np.unique(image_group, return_inverse=True)
+    paired_texts, text_at = np.unique(text_group, return_inverse=True)
+    tables = (image_mean, text_mean, unit_images[paired_images], unit_texts[paired_texts],
+              _group_means(unit_texts[text_group], image_at, len(paired_images)),
+              _group_means(unit_images[image_group], text_at, len(paired_texts)))
     hood = Neighbourhood(*tables, k)
-    fitted = FittedNeighbours(hood, *hood.targets(unit_images, unit_texts))
-    a, b = fitted.agreement(image_group, text_group)
+    fitted = FittedNeighbours(hood, unit_images, unit_texts,
+                              *hood.targets(unit_images, unit_texts))
     spread = float(np.std(cosine))
-    weights = tuple(weight * spread / (2 * max(float(np.std(side)), 1e-12)) for side in (a, b))
-    return FittedNeighbours(Neighbourhood(*tables, k, weights), fitted.by_caption,
-                            fitted.by_image)
+    weights = tuple(0.0 if (sd := float(np.std(side))) < 1e-6 else weight * spread / (2 * sd)
+                    for side in fitted.agreement(image_group, text_group))
+    return FittedNeighbours(Neighbourhood(*tables, k, weights), unit_images, unit_texts,
+                            fitted.by_caption, fitted.by_image)
 
 
 def neighbour_count(neighbours: int | None, pairs: int, conventions: bool) -> int:

@@ -133,3 +133,36 @@ def test_shards_beyond_the_sample_get_the_term_from_the_fitted_pairs(tmp_path, r
     parts = [pq.read_table(p) for p in sorted((tmp_path / "out").glob("*.parquet"))]
     term = np.concatenate([p.column("clip_neighbours").to_numpy() for p in parts])
     assert len(term) == 240 and np.isfinite(term).all()
+
+
+def test_entries_in_no_pair_are_no_ones_neighbours(rng):
+    images = rng.normal(size=(30, 12)).astype(np.float32)
+    texts = rng.normal(size=(25, 7)).astype(np.float32)
+    image_group = np.concatenate([np.arange(20), rng.integers(0, 20, size=20)])
+    text_group = np.concatenate([np.arange(15), rng.integers(0, 15, size=25)])
+    fitted = fit_neighbours(images, texts, image_group, text_group, rng.normal(size=40), k=4)
+    pairs_i, pairs_t = rng.integers(0, 30, size=40), rng.integers(0, 25, size=40)
+    a, b = fitted.agreement(pairs_i, pairs_t)
+    want_a, want_b = brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, 4)
+    np.testing.assert_allclose(a, want_a, atol=1e-5)
+    np.testing.assert_allclose(b, want_b, atol=1e-5)
+
+
+def test_a_saved_neighbourhood_scores_its_own_pairs_as_the_fit_did(rng):
+    from ncclean.methods.neighbours import Neighbourhood
+
+    n = 400  # wide, unevenly spread float16 vectors in clusters, as real neighbours are
+    centres = rng.normal(size=(40, 16))
+    latent = centres[rng.integers(0, 40, size=n)] + 0.3 * rng.normal(size=(n, 16))
+
+    def side(width):
+        spread = latent @ rng.normal(size=(16, width)) * np.linspace(0.1, 3, width)
+        return (spread + 0.5 * rng.normal(size=(n, width))).astype(np.float16)
+
+    images, texts = side(1280), side(384)
+    groups = np.arange(n)
+    fitted = fit_neighbours(images, texts, groups, groups, rng.normal(size=n))
+    loaded = Neighbourhood.from_arrays(fitted.hood.arrays())
+    term = fitted.score(groups, groups)
+    np.testing.assert_allclose(loaded.score_new(images, texts, groups, groups), term,
+                               atol=0.01 * np.std(term))
