@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from rule_variants import subset
+
 from ncclean import api
 from ncclean.api import Columns, RunOptions, StageOptions
 
@@ -46,18 +48,6 @@ VARIANTS: dict[str, dict] = {
     "k10w0.25": {"neighbours": 10, "neighbour_weight": 0.25},
     "k10w1": {"neighbours": 10, "neighbour_weight": 1.0},
 }
-
-
-def subset(corpus: Path, size: int, work: Path, name: str) -> Path:
-    """A seeded random ``size`` rows of ``corpus`` (all of it when ``size`` is 0)."""
-    if size == 0:
-        return corpus
-    path = work / f"{name}-{size}.parquet"
-    if not path.exists():
-        table = pq.read_table(corpus)
-        rows = np.sort(np.random.default_rng(size).choice(table.num_rows, size, replace=False))
-        pq.write_table(table.take(rows), path)
-    return path
 
 
 def noisy(clean: Path, ratio: float, seed: int, work: Path) -> Path:

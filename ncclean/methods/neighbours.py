@@ -29,7 +29,7 @@ among the fitted pairs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -136,8 +136,8 @@ def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarra
     tables ``images`` and ``texts`` (entries in no pair are no one's neighbours), weighted so
     that each side of its term has ``weight / 2`` times the spread of the pairs' ``cosine``
     (``(n_pairs,)``, the CCA's); a side that does not vary gets none."""
-    image_mean = np.asarray(images, np.float32)[image_group].mean(0)
-    text_mean = np.asarray(texts, np.float32)[text_group].mean(0)
+    images, texts = np.asarray(images, np.float32), np.asarray(texts, np.float32)
+    image_mean, text_mean = images[image_group].mean(0), texts[text_group].mean(0)
     unit_images, unit_texts = _unit(images, image_mean), _unit(texts, text_mean)
     paired_images, image_at = np.unique(image_group, return_inverse=True)
     paired_texts, text_at = np.unique(text_group, return_inverse=True)
@@ -150,8 +150,7 @@ def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarra
     spread = float(np.std(cosine))
     weights = tuple(0.0 if (sd := float(np.std(side))) < 1e-6 else weight * spread / (2 * sd)
                     for side in fitted.agreement(image_group, text_group))
-    return FittedNeighbours(Neighbourhood(*tables, k, weights), unit_images, unit_texts,
-                            fitted.by_caption, fitted.by_image)
+    return replace(fitted, hood=replace(hood, weights=weights))
 
 
 def neighbour_count(neighbours: int | None, pairs: int, conventions: bool) -> int:

@@ -44,6 +44,16 @@ def brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, k, ref
     return np.array(a), np.array(b)
 
 
+def assert_reads_as_brute_force(fitted, images, texts, image_group, text_group, rng, k):
+    """``fitted``'s agreement of 40 random pairings of the entries is the brute-force one."""
+    pairs_i = rng.integers(0, len(images), size=40)
+    pairs_t = rng.integers(0, len(texts), size=40)
+    a, b = fitted.agreement(pairs_i, pairs_t)
+    want_a, want_b = brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, k)
+    np.testing.assert_allclose(a, want_a, atol=1e-5)
+    np.testing.assert_allclose(b, want_b, atol=1e-5)
+
+
 @pytest.fixture
 def entries(rng):
     images = rng.normal(size=(30, 12)).astype(np.float32)
@@ -57,11 +67,7 @@ def entries(rng):
 def test_the_agreement_is_the_brute_force_reading_for_any_pairing(entries, rng):
     images, texts, image_group, text_group = entries
     fitted = fit_neighbours(images, texts, image_group, text_group, rng.normal(size=60), k=4)
-    pairs_i, pairs_t = rng.integers(0, 30, size=40), rng.integers(0, 25, size=40)
-    a, b = fitted.agreement(pairs_i, pairs_t)
-    want_a, want_b = brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, 4)
-    np.testing.assert_allclose(a, want_a, atol=1e-5)
-    np.testing.assert_allclose(b, want_b, atol=1e-5)
+    assert_reads_as_brute_force(fitted, images, texts, image_group, text_group, rng, k=4)
 
 
 def test_new_pairs_find_their_neighbours_among_the_fitted_ones(entries, rng):
@@ -141,11 +147,7 @@ def test_entries_in_no_pair_are_no_ones_neighbours(rng):
     image_group = np.concatenate([np.arange(20), rng.integers(0, 20, size=20)])
     text_group = np.concatenate([np.arange(15), rng.integers(0, 15, size=25)])
     fitted = fit_neighbours(images, texts, image_group, text_group, rng.normal(size=40), k=4)
-    pairs_i, pairs_t = rng.integers(0, 30, size=40), rng.integers(0, 25, size=40)
-    a, b = fitted.agreement(pairs_i, pairs_t)
-    want_a, want_b = brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, 4)
-    np.testing.assert_allclose(a, want_a, atol=1e-5)
-    np.testing.assert_allclose(b, want_b, atol=1e-5)
+    assert_reads_as_brute_force(fitted, images, texts, image_group, text_group, rng, k=4)
 
 
 def test_a_saved_neighbourhood_scores_its_own_pairs_as_the_fit_did(rng):
