@@ -40,11 +40,15 @@ from ncclean import api
 from ncclean.api import Columns, RunOptions, StageOptions
 
 VECTORS = Columns(image_emb="image_emb", text_emb="text_emb")
+# kN: N neighbours, weights read from shuffled pairs (the default's reading); kNwW: a fixed
+# weight W (each side half W times the cosines' spread)
 VARIANTS: dict[str, dict] = {
     "k0": {"neighbours": 0},
     "k5": {"neighbours": 5},
     "k10": {"neighbours": 10},
-    "k20": {"neighbours": 20},
+    "k5w0.5": {"neighbours": 5, "neighbour_weight": 0.5},
+    "k10w0.5": {"neighbours": 10, "neighbour_weight": 0.5},
+    "k20w0.5": {"neighbours": 20, "neighbour_weight": 0.5},
     "k10w0.25": {"neighbours": 10, "neighbour_weight": 0.25},
     "k10w1": {"neighbours": 10, "neighbour_weight": 1.0},
 }

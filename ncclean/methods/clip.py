@@ -45,6 +45,7 @@ import numpy as np
 from ncclean.data.results import VAGUE
 from ncclean.errors import BadOptionError
 from ncclean.methods import neighbours as near
+from ncclean.methods import spaces
 from ncclean.methods.align import (
     Alignment,
     PairSums,
@@ -76,7 +77,7 @@ from ncclean.methods.conventions import (
     repeated_caption_discount,
 )
 from ncclean.methods.mixture import fit_clean_posterior
-from ncclean.methods.null_rate import Cosine, NullEstimate, Space, null_noise_rate
+from ncclean.methods.null_rate import NullEstimate, null_noise_rate
 from ncclean.methods.unit import raw_embeddings
 from ncclean.models.features import Features
 from ncclean.models.registry import raw_source
@@ -218,9 +219,10 @@ class Clip(Method):
         "a corpus without conventions (see conventions), else 0",
         help="with a CCA: add the neighbours' agreement to the cosine, read from this many "
         "nearest captions and images (0: none)")
-    neighbour_weight: float = param(
-        near.WEIGHT, low=0, help="each side of the neighbours' agreement has half this times "
-        "the cosines' spread")
+    neighbour_weight: float | None = param(
+        None, low=0, rule="read from the corpus: the weights that best part its pairs from "
+        f"shuffled ones (a linear discriminant), {near.WEIGHT} where it has too few pairs",
+        help="each side of the neighbours' agreement has half this times the cosines' spread")
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
         "from a two-component mixture")
@@ -253,7 +255,7 @@ class Clip(Method):
             matcher, source = starting_matcher(context)
             embeddings = embed(matcher, features, context.device, dtype=kept_dtype(features))
             if context.initial is None:  # a pretrained CLIP: not fitted on this corpus
-                space = _fixed_space(embeddings)
+                space = spaces.fixed_space(embeddings)
         elif (source := raw_source(config)) is not None:
             raw = raw_embeddings(features)
             shape = CorpusShape.of(features.image_group, features.text_group, _width(features))
@@ -262,9 +264,9 @@ class Clip(Method):
                 return self._unaligned(features, source, unalignable(moments))
             if alignment is not None:
                 source += f", aligned by a ridge CCA on the corpus ({alignment.dims} directions)"
-                space = _cca_space(raw, features, alignment.dims, alignment.ridge)
+                space = spaces.cca_space(raw, features, alignment.dims, alignment.ridge)
             else:
-                space = _fixed_space(embeddings)
+                space = spaces.fixed_space(embeddings)
         elif self.align == "cca":
             raise BadOptionError("align=cca applies to precomputed vectors (--image-emb-col and "
                                  "--text-emb-col) or a frozen CLIP; a matcher's embeddings "
@@ -279,12 +281,10 @@ class Clip(Method):
             report["alignment"] = alignment.describe()
             if (k := near.neighbour_count(self.neighbours, features.n_pairs,
                                           shape.has_conventions)) > 0:
-                neighbours = near.fit_neighbours(features.image_data, features.text_data,
-                                                 features.image_group, features.text_group,
-                                                 similarity, k=k, weight=self.neighbour_weight)
-                term = neighbours.score(features.image_group, features.text_group)
-                space = near.with_neighbours(space, neighbours)
-                report["neighbours"] = {"k": k, "weight": self.neighbour_weight}
+                neighbours = near.fit_neighbours(
+                    features.image_data, features.text_data, features.image_group,
+                    features.text_group, similarity, k=k,
+                    weight=near.WEIGHT if self.neighbour_weight is None else self.neighbour_weight)
         discount = caption_discount = None
         if alignment is not None and self._discounts(shape, report):
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
@@ -295,26 +295,38 @@ class Clip(Method):
                                                          len(features.text_data))
             if self.conventions == "repeated":  # a single caption's pair keeps its score
                 discount = caption_discount[features.text_group]
-            space = _discounted(space, caption_discount)  # shuffled pairs keep their caption's
+            # shuffled pairs keep their caption's discount
+            space = spaces.discounted(space, caption_discount)
             report["conventions"] = describe_discount(discount, features.text_group)
+        cross_fits = space is not None and alignment is not None and self._cross_fits(shape)
+        null_args = dict(folds=CROSS_FIT_FOLDS, sample=features.n_pairs, min_pairs=20) \
+            if cross_fits else dict(folds=1 if alignment is None else 5)
+        if neighbours is not None:
+            read = None
+            if self.neighbour_weight is None:  # read from the null of the cosine alone
+                read = near.read_weights(neighbours, null_noise_rate(
+                    space, features.image_group, features.text_group, seed=context.seed,
+                    **null_args), features.image_group, features.text_group)
+            neighbours = read or neighbours
+            term = neighbours.score(features.image_group, features.text_group)
+            space = near.with_neighbours(space, neighbours)
+            report["neighbours"] = {
+                "k": neighbours.hood.k, "weights": [round(w, 4) for w in neighbours.hood.weights],
+                "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
         null: NullEstimate | None = None
-        if space is not None and alignment is not None and self._cross_fits(shape):
+        if space is not None:
             null = null_noise_rate(space, features.image_group, features.text_group,
-                                   folds=CROSS_FIT_FOLDS, sample=features.n_pairs,
-                                   seed=context.seed, min_pairs=20)
-            if null is not None:  # every pair scored by a fit that did not see it
-                similarity = np.empty(features.n_pairs)
-                similarity[null.rows] = null.scores
-                if term is not None:  # clip_sim is the cosine; the term is its own column
-                    similarity -= term
-                if caption_discount is not None:  # a held-out pair memorised nothing of its own
-                    discount = caption_discount[features.text_group]
-                    similarity += discount
-                report["rank"] = f"cross-fitted ({CROSS_FIT_FOLDS} folds)"
-            report["null"] = None if null is None else null.describe()
-        elif space is not None:
-            null = null_noise_rate(space, features.image_group, features.text_group,
-                                   folds=1 if alignment is None else 5, seed=context.seed)
+                                   seed=context.seed, **null_args)
+        if cross_fits and null is not None:  # every pair scored by a fit that did not see it
+            similarity = np.empty(features.n_pairs)
+            similarity[null.rows] = null.scores
+            if term is not None:  # clip_sim is the cosine; the term is its own column
+                similarity -= term
+            if caption_discount is not None:  # a held-out pair memorised nothing of its own
+                discount = caption_discount[features.text_group]
+                similarity += discount
+            report["rank"] = f"cross-fitted ({CROSS_FIT_FOLDS} folds)"
+        if space is not None:
             report["null"] = None if null is None else null.describe()
         columns = {"clip_sim": similarity}
         if term is not None:
@@ -416,34 +428,3 @@ class Clip(Method):
 def _width(features: Features) -> int:
     """The image and caption vectors' summed width."""
     return features.image_data.shape[1] + features.text_data.shape[1]
-
-
-def _discounted(space: Space, caption_discount: np.ndarray) -> Space:
-    """``space`` with each cosine less its caption entry's discount."""
-    def fitted(fit: np.ndarray | None) -> Cosine:
-        cosine = space(fit)
-        return lambda images, texts: cosine(images, texts) - caption_discount[texts]
-    return fitted
-
-
-def _fixed_space(embeddings: Embeddings) -> Space:
-    """The embeddings' own space, fitted on nothing in the corpus: its shuffled pairs are a
-    null as they are (:mod:`ncclean.methods.null_rate`)."""
-    return lambda fit: embeddings.similarity
-
-
-def _cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> Space:
-    """A CCA space fitted on the pairs ``fit`` only, so that the other pairs and their shuffles
-    are scored out of sample (:meth:`~ncclean.methods.align.Alignment.pair_cosine`); ``None``
-    where those pairs cannot be aligned (:func:`~ncclean.methods.align.unalignable`)."""
-    def space(fit: np.ndarray | None) -> Cosine | None:
-        moments = pair_sums(raw.images, raw.texts, features.image_group[fit],
-                            features.text_group[fit])
-        if unalignable(moments) is not None:
-            return None
-        alignment = alignment_from_sums(moments, dims, ridge)
-
-        return lambda image_entries, text_entries: alignment.pair_cosine(
-            raw.images, raw.texts, image_entries, text_entries)
-    return space
-

@@ -17,11 +17,15 @@ as a cross-fitted cosine is, and shuffled pairs are a null for it too. Each is o
 a vector per caption or image, so any pairing of images and captions, shuffled ones included,
 costs what a cosine costs.
 
-``clip`` adds ``weight * sd(cosine) * (a / sd(a) + b / sd(b)) / 2`` to each pair's cosine (the
-standard deviations over the fitted pairs): neither side alone ranks as well as the CCA, and
-together they add 0.005-0.025 AUROC to it against injected noise on every corpus measured, from
-415 pairs to 8,057. Not in a corpus of conventions: there a caption's neighbours are other
-collection labels, and on clip art's hand-labelled mismatches the term cost 0.02-0.04 AUROC
+``clip`` adds ``w_a * a + w_b * b`` to each pair's cosine, the weights read from the corpus
+(:func:`read_weights`): those of the linear discriminant that best parts its pairs from shuffled
+ones, which are all mismatched, so a corpus whose CCA is weak leans on its neighbours more. Where
+the null has too few pairs, or with ``clip``'s ``neighbour_weight`` set, each side gets
+``weight * sd(cosine) / (2 * sd(side))`` instead. Neither side alone ranks as well as the CCA;
+together they add 0.005-0.04 AUROC to it against injected noise on every corpus measured, from
+415 pairs to 8,057, and read weights gain most where the CCA is weakest. Not in a corpus of
+conventions: there a caption's neighbours are other collection labels, and on clip art's
+hand-labelled mismatches the term cost 0.01-0.06 AUROC, read weights too
 (``benchmarks/results/neighbours.md``). The search is exact, so it is done only for fits of at
 most :data:`MAX_PAIRS` pairs; a corpus applied shard by shard finds each new pair's neighbours
 among the fitted pairs.
@@ -34,7 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ncclean.methods.null_rate import Cosine, Space
+from ncclean.methods.null_rate import Cosine, NullEstimate, Space
 
 K = 5
 WEIGHT = 0.5
@@ -151,6 +155,29 @@ def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarra
     weights = tuple(0.0 if (sd := float(np.std(side))) < 1e-6 else weight * spread / (2 * sd)
                     for side in fitted.agreement(image_group, text_group))
     return replace(fitted, hood=replace(hood, weights=weights))
+
+
+def read_weights(fitted: FittedNeighbours, null: NullEstimate | None, image_group: np.ndarray,
+                 text_group: np.ndarray) -> FittedNeighbours | None:
+    """``fitted`` weighted as the corpus says: the linear discriminant of the cosine, ``a`` and
+    ``b`` between the null's real pairs (``null.rows`` of the pairs ``(image_group[p],
+    text_group[p])``, their cosines out of the fit as the null scored them) and its shuffled
+    pairs, within-class spread taken as the two samples' covariances summed, scaled so that the
+    cosine's weight is one; a side weighed below zero gets none. ``None`` where the null is
+    missing or its cosine does not part the two."""
+    if null is None or len(null.null_images) == 0:
+        return None
+    real = np.column_stack([null.scores, *fitted.agreement(image_group[null.rows],
+                                                           text_group[null.rows])])
+    shuffled = np.column_stack([null.null, *fitted.agreement(null.null_images,
+                                                             null.null_texts)])
+    gap = real.mean(0) - shuffled.mean(0)
+    spread = np.cov(real, rowvar=False) + np.cov(shuffled, rowvar=False)
+    direction = np.linalg.lstsq(spread, gap, rcond=None)[0]
+    if not np.all(np.isfinite(direction)) or direction[0] <= 0:
+        return None
+    weights = tuple(float(max(w / direction[0], 0.0)) for w in direction[1:])
+    return replace(fitted, hood=replace(fitted.hood, weights=weights))
 
 
 def neighbour_count(neighbours: int | None, pairs: int, conventions: bool) -> int:

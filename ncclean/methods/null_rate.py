@@ -56,6 +56,11 @@ class NullEstimate:
     alpha: float = ALPHA
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False,
                              compare=False)  # the pair of each entry of ``scores``
+    # the image and caption entries of each shuffled pair of ``null``
+    null_images: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64),
+                                    repr=False, compare=False)
+    null_texts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64),
+                                   repr=False, compare=False)
 
     def describe(self) -> dict:
         return {"noise_rate": self.noise_rate, "pairs": self.pairs,
@@ -134,7 +139,7 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
     fold_of = rng.permutation(len(chosen)) % folds
     if len(chosen) < folds * min_pairs:
         return None
-    all_scores, all_nulls, all_rows = [], [], []
+    all_scores, all_nulls, all_rows, null_images, null_texts = [], [], [], [], []
     for fold in range(folds):
         held = chosen[fold_of == fold]
         all_rows.append(held)
@@ -146,7 +151,9 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
             other = rng.permutation(held)
             mismatched = (image_group[other] != image_group[held]) & \
                 (text_group[other] != text_group[held])
-            nulls.append(cosine(image_group[held[mismatched]], text_group[other[mismatched]]))
+            null_images.append(image_group[held[mismatched]])
+            null_texts.append(text_group[other[mismatched]])
+            nulls.append(cosine(null_images[-1], null_texts[-1]))
         null = np.concatenate(nulls)
         if len(null) < min_pairs:
             return None
@@ -158,4 +165,5 @@ def null_noise_rate(space: Space, image_group: np.ndarray, text_group: np.ndarra
     below = (scores < 0).mean()
     return NullEstimate(noise_rate=float(min(1.0, below / alpha)), pairs=len(scores),
                         null_pairs=len(null), folds=folds, scores=scores, null=null, alpha=alpha,
-                        rows=np.concatenate(all_rows))
+                        rows=np.concatenate(all_rows), null_images=np.concatenate(null_images),
+                        null_texts=np.concatenate(null_texts))

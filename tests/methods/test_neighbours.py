@@ -168,3 +168,48 @@ def test_a_saved_neighbourhood_scores_its_own_pairs_as_the_fit_did(rng):
     term = fitted.score(groups, groups)
     np.testing.assert_allclose(loaded.score_new(images, texts, groups, groups), term,
                                atol=0.01 * np.std(term))
+
+
+def controlled(rng, n, real, shuffled):
+    """A fit whose ``a`` of a pair is its caption entry's value and ``b`` its image entry's,
+    and a null of ``n`` real pairs (entries ``0..n-1``) and ``n`` shuffled ones (entries
+    ``n..2n-1``): ``real`` and ``shuffled`` draw ``(cosine, a, b)`` columns of ``n`` rows."""
+    from ncclean.methods.neighbours import FittedNeighbours, Neighbourhood
+    from ncclean.methods.null_rate import NullEstimate
+
+    (cos_r, a_r, b_r), (cos_s, a_s, b_s) = real, shuffled
+    ones = np.ones((2 * n, 1), np.float32)
+    empty = np.zeros((1, 1), np.float32)
+    hood = Neighbourhood(empty[0], empty[0], empty, empty, empty, empty, k=1)
+    fitted = FittedNeighbours(hood, ones, ones, np.r_[a_r, a_s][:, None].astype(np.float32),
+                              np.r_[b_r, b_s][:, None].astype(np.float32))
+    entries = np.arange(n, 2 * n)
+    null = NullEstimate(0.5, n, n, 1, scores=cos_r, null=cos_s, rows=np.arange(n),
+                        null_images=entries, null_texts=entries)
+    return fitted, null, np.arange(n)
+
+
+def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(rng):
+    from ncclean.methods.neighbours import read_weights
+
+    n = 20_000
+
+    def draw(gap, scale=1.0):
+        return scale * (rng.normal(size=n) + gap)
+
+    # b parts real from shuffled as the cosine does, at twice its scale; a does not at all
+    fitted, null, groups = controlled(rng, n, (draw(1), draw(0), draw(1, 2)),
+                                      (draw(0), draw(0), draw(0, 2)))
+    weights = read_weights(fitted, null, groups, groups).hood.weights
+    assert weights[0] == pytest.approx(0, abs=0.05)
+    assert weights[1] == pytest.approx(0.5, abs=0.05)
+    # a side that ranks shuffled pairs above real ones gets no weight
+    fitted, null, groups = controlled(rng, n, (draw(1), draw(-1), draw(1)),
+                                      (draw(0), draw(0), draw(0)))
+    weights = read_weights(fitted, null, groups, groups).hood.weights
+    assert weights[0] == 0 and weights[1] == pytest.approx(1, abs=0.1)
+    # a cosine that does not part them: nothing to read
+    fitted, null, groups = controlled(rng, n, (draw(-0.5), draw(1), draw(1)),
+                                      (draw(0), draw(0), draw(0)))
+    assert read_weights(fitted, null, groups, groups) is None
+    assert read_weights(fitted, None, groups, groups) is None
