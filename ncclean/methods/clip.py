@@ -37,6 +37,7 @@ Where the embeddings come from:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -286,6 +287,7 @@ class Clip(Method):
                     features.text_group, similarity, k=k,
                     weight=near.WEIGHT if self.neighbour_weight is None else self.neighbour_weight)
         discount = caption_discount = None
+        undiscounted = space
         if alignment is not None and self._discounts(shape, report):
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
                                            features.text_group, alignment.dims, alignment.ridge,
@@ -299,24 +301,25 @@ class Clip(Method):
             space = spaces.discounted(space, caption_discount)
             report["conventions"] = describe_discount(discount, features.text_group)
         cross_fits = space is not None and alignment is not None and self._cross_fits(shape)
-        null_args = dict(folds=CROSS_FIT_FOLDS, sample=features.n_pairs, min_pairs=20) \
-            if cross_fits else dict(folds=1 if alignment is None else 5)
+        read_null = functools.partial(
+            null_noise_rate, image_group=features.image_group, text_group=features.text_group,
+            seed=context.seed, **(dict(folds=CROSS_FIT_FOLDS, sample=features.n_pairs,
+                                       min_pairs=20) if cross_fits
+                                  else dict(folds=1 if alignment is None else 5)))
         if neighbours is not None:
             read = None
             if self.neighbour_weight is None:  # read from the null of the cosine alone
-                read = near.read_weights(neighbours, null_noise_rate(
-                    space, features.image_group, features.text_group, seed=context.seed,
-                    **null_args), features.image_group, features.text_group)
+                read = near.read_weights(neighbours, read_null(space), features.image_group,
+                                         features.text_group)
             neighbours = read or neighbours
             term = neighbours.score(features.image_group, features.text_group)
-            space = near.with_neighbours(space, neighbours)
+            space = near.with_neighbours(undiscounted, neighbours)
+            if caption_discount is not None:
+                space = spaces.discounted(space, caption_discount)
             report["neighbours"] = {
                 "k": neighbours.hood.k, "weights": [round(w, 4) for w in neighbours.hood.weights],
                 "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
-        null: NullEstimate | None = None
-        if space is not None:
-            null = null_noise_rate(space, features.image_group, features.text_group,
-                                   seed=context.seed, **null_args)
+        null: NullEstimate | None = None if space is None else read_null(space)
         if cross_fits and null is not None:  # every pair scored by a fit that did not see it
             similarity = np.empty(features.n_pairs)
             similarity[null.rows] = null.scores

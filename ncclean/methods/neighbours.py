@@ -20,15 +20,13 @@ costs what a cosine costs.
 ``clip`` adds ``w_a * a + w_b * b`` to each pair's cosine, the weights read from the corpus
 (:func:`read_weights`): those of the linear discriminant that best parts its pairs from shuffled
 ones, which are all mismatched, so a corpus whose CCA is weak leans on its neighbours more. Where
-the null has too few pairs, or with ``clip``'s ``neighbour_weight`` set, each side gets
-``weight * sd(cosine) / (2 * sd(side))`` instead. Neither side alone ranks as well as the CCA;
-together they add 0.005-0.04 AUROC to it against injected noise on every corpus measured, from
-415 pairs to 8,057, and read weights gain most where the CCA is weakest. Not in a corpus of
-conventions: there a caption's neighbours are other collection labels, and on clip art's
-hand-labelled mismatches the term cost 0.01-0.06 AUROC, read weights too
-(``benchmarks/results/neighbours.md``). The search is exact, so it is done only for fits of at
-most :data:`MAX_PAIRS` pairs; a corpus applied shard by shard finds each new pair's neighbours
-among the fitted pairs.
+the corpus has no null or its cosine does not part real pairs from shuffled ones, or with
+``clip``'s ``neighbour_weight`` set, each side gets ``weight * sd(cosine) / (2 * sd(side))``
+instead. Not in a corpus of conventions: there a caption's neighbours are other collection
+labels, and the term ranked clip art's hand-labelled mismatches worse, read weights too
+(``benchmarks/results/neighbours.md``, which measures the term on every corpus). The search is
+exact, so it is done only for fits of at most :data:`MAX_PAIRS` pairs; a corpus applied shard by
+shard finds each new pair's neighbours among the fitted pairs.
 """
 
 from __future__ import annotations
@@ -161,23 +159,36 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None, image_grou
                  text_group: np.ndarray) -> FittedNeighbours | None:
     """``fitted`` weighted as the corpus says: the linear discriminant of the cosine, ``a`` and
     ``b`` between the null's real pairs (``null.rows`` of the pairs ``(image_group[p],
-    text_group[p])``, their cosines out of the fit as the null scored them) and its shuffled
-    pairs, within-class spread taken as the two samples' covariances summed, scaled so that the
-    cosine's weight is one; a side weighed below zero gets none. ``None`` where the null is
-    missing or its cosine does not part the two."""
+    text_group[p])``, ``(n_pairs,)`` entry indices; their cosines as the null scored them, out
+    of the fit where the corpus is cross-fitted) and its shuffled pairs (``null.null_images``,
+    ``null.null_texts``), the within-class spread taken as the two samples' covariances summed,
+    scaled so that the cosine's weight is one. A side that does not vary, or that the
+    discriminant weighs below zero, is left out and the others solved again. The weights are
+    read against the null's cosine; a corpus ranked in sample adds them to its in-sample one.
+    ``None`` where the null is missing or not finite, or its cosine does not part the two."""
     if null is None or len(null.null_images) == 0:
         return None
     real = np.column_stack([null.scores, *fitted.agreement(image_group[null.rows],
                                                            text_group[null.rows])])
     shuffled = np.column_stack([null.null, *fitted.agreement(null.null_images,
                                                              null.null_texts)])
+    if not (np.isfinite(real).all() and np.isfinite(shuffled).all()):
+        return None
     gap = real.mean(0) - shuffled.mean(0)
     spread = np.cov(real, rowvar=False) + np.cov(shuffled, rowvar=False)
-    direction = np.linalg.lstsq(spread, gap, rcond=None)[0]
-    if not np.all(np.isfinite(direction)) or direction[0] <= 0:
-        return None
-    weights = tuple(float(max(w / direction[0], 0.0)) for w in direction[1:])
-    return replace(fitted, hood=replace(fitted.hood, weights=weights))
+    kept = [0] + [side for side in (1, 2) if np.std(np.r_[real[:, side],
+                                                         shuffled[:, side]]) >= 1e-6]
+    while True:
+        direction = np.linalg.lstsq(spread[np.ix_(kept, kept)], gap[kept], rcond=None)[0]
+        if not np.isfinite(direction).all() or direction[0] <= 0:
+            return None
+        if direction[1:].min(initial=0.0) >= 0:
+            break
+        kept.pop(1 + int(np.argmin(direction[1:])))
+    weights = [0.0, 0.0]
+    for side, weight in zip(kept[1:], direction[1:]):
+        weights[side - 1] = float(weight / direction[0])
+    return replace(fitted, hood=replace(fitted.hood, weights=tuple(weights)))
 
 
 def neighbour_count(neighbours: int | None, pairs: int, conventions: bool) -> int:

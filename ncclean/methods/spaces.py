@@ -15,8 +15,10 @@ from ncclean.train.scoring import Embeddings
 
 def discounted(space: Space, caption_discount: np.ndarray) -> Space:
     """``space`` with each cosine less its caption entry's discount."""
-    def fitted(fit: np.ndarray | None) -> Cosine:
+    def fitted(fit: np.ndarray | None) -> Cosine | None:
         cosine = space(fit)
+        if cosine is None:
+            return None
         return lambda images, texts: cosine(images, texts) - caption_discount[texts]
     return fitted
 
@@ -31,10 +33,11 @@ def cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> S
     """A CCA space fitted on the pairs ``fit`` only, so that the other pairs and their shuffles
     are scored out of sample (:meth:`~ncclean.methods.align.Alignment.pair_cosine`); ``None``
     where those pairs cannot be aligned (:func:`~ncclean.methods.align.unalignable`)."""
-    fitted: dict[bytes, Cosine | None] = {}  # the null is read twice on the same folds
+    fitted: dict[tuple | None, Cosine | None] = {}  # the null is read twice on the same folds
 
     def space(fit: np.ndarray | None) -> Cosine | None:
-        key = b"" if fit is None else np.asarray(fit).tobytes()
+        key = None if fit is None else (np.asarray(fit).dtype.str, np.shape(fit),
+                                        np.asarray(fit).tobytes())
         if key not in fitted:
             fitted[key] = fit_space(fit)
         return fitted[key]
@@ -49,4 +52,3 @@ def cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> S
         return lambda image_entries, text_entries: alignment.pair_cosine(
             raw.images, raw.texts, image_entries, text_entries)
     return space
-

@@ -109,6 +109,20 @@ def test_clip_adds_the_term_to_a_corpus_of_names_and_not_to_one_of_conventions(t
         assert ("neighbours" in report) is added and ("clip_neighbours" in columns) is added
 
 
+def test_the_weights_are_read_from_shuffled_pairs_where_the_corpus_has_a_null(tmp_path, rng):
+    wide_corpus(tmp_path / "names.parquet", rng, n=400, noisy=120)
+    wide_corpus(tmp_path / "tiny.parquet", rng)  # under 5 folds of 50 pairs: no null
+    for name, params, weighed in (("names", {}, "against shuffled pairs"),
+                                  ("names", {"neighbour_weight": 0.5}, "by the cosines' spread"),
+                                  ("tiny", {}, "by the cosines' spread")):
+        summary = api.score(tmp_path / f"{name}.parquet", tmp_path / "out.parquet",
+                            method="clip", columns=COLUMNS, cache_dir=False, params=params,
+                            overwrite=True)
+        report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
+        assert report["neighbours"]["weighed"] == weighed
+        assert min(report["neighbours"]["weights"]) >= 0 < sum(report["neighbours"]["weights"])
+
+
 def with_ids(path):
     table = pq.read_table(path)
     pq.write_table(table.append_column("id", [[f"p{k}" for k in range(table.num_rows)]]), path)
@@ -170,46 +184,71 @@ def test_a_saved_neighbourhood_scores_its_own_pairs_as_the_fit_did(rng):
                                atol=0.01 * np.std(term))
 
 
-def controlled(rng, n, real, shuffled):
-    """A fit whose ``a`` of a pair is its caption entry's value and ``b`` its image entry's,
-    and a null of ``n`` real pairs (entries ``0..n-1``) and ``n`` shuffled ones (entries
-    ``n..2n-1``): ``real`` and ``shuffled`` draw ``(cosine, a, b)`` columns of ``n`` rows."""
+def controlled(rng, real, shuffled):
+    """A fit whose ``a`` of a pair is its caption entry's value and ``b`` its image entry's, and
+    its null: ``real`` and ``shuffled`` are ``(n, 3)`` draws of (cosine, a, b). The entries are
+    interleaved (real pairs' images odd, shuffled pairs' even; captions the other way) and
+    permuted, and the null's rows are in an order of their own, so that a reading that mixes up
+    pairs, rows and entries reads the wrong values."""
     from ncclean.methods.neighbours import FittedNeighbours, Neighbourhood
     from ncclean.methods.null_rate import NullEstimate
 
-    (cos_r, a_r, b_r), (cos_s, a_s, b_s) = real, shuffled
-    ones = np.ones((2 * n, 1), np.float32)
-    empty = np.zeros((1, 1), np.float32)
+    n = len(real)
+    image_group, text_group = 2 * rng.permutation(n) + 1, 2 * rng.permutation(n)
+    null_images, null_texts = 2 * rng.permutation(n), 2 * rng.permutation(n) + 1
+    a, b = np.zeros(2 * n, np.float32), np.zeros(2 * n, np.float32)
+    a[text_group], b[image_group] = real[:, 1], real[:, 2]
+    a[null_texts], b[null_images] = shuffled[:, 1], shuffled[:, 2]
+    ones, empty = np.ones((2 * n, 1), np.float32), np.zeros((1, 1), np.float32)
     hood = Neighbourhood(empty[0], empty[0], empty, empty, empty, empty, k=1)
-    fitted = FittedNeighbours(hood, ones, ones, np.r_[a_r, a_s][:, None].astype(np.float32),
-                              np.r_[b_r, b_s][:, None].astype(np.float32))
-    entries = np.arange(n, 2 * n)
-    null = NullEstimate(0.5, n, n, 1, scores=cos_r, null=cos_s, rows=np.arange(n),
-                        null_images=entries, null_texts=entries)
-    return fitted, null, np.arange(n)
+    fitted = FittedNeighbours(hood, ones, ones, a[:, None], b[:, None])
+    rows = rng.permutation(n)
+    null = NullEstimate(0.5, n, n, 1, scores=real[rows, 0], null=shuffled[:, 0], rows=rows,
+                        null_images=null_images, null_texts=null_texts)
+    return fitted, null, image_group, text_group
 
 
-def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(rng):
+def draw(rng, n, gap, correlation=0.0, scale=(1.0, 1.0, 1.0)):
+    """``(n, 3)``: (cosine, a, b) at means ``gap``, unit spread times ``scale``, ``a`` and ``b``
+    correlated."""
+    z = rng.normal(size=(n, 3))
+    z[:, 2] = correlation * z[:, 1] + np.sqrt(1 - correlation ** 2) * z[:, 2]
+    return (z * scale + gap).astype(np.float32)
+
+
+@pytest.mark.parametrize("real_gap, correlation, scale, want", [
+    ((1, 0, 2), 0.0, (1, 1, 2), (0.0, 0.5)),  # b parts as the cosine, at twice its scale
+    ((1, 1, 1), 0.5, (1, 1, 1), (2 / 3, 2 / 3)),  # correlated sides share their weight
+    ((1, -0.5, 1), 0.5, (1, 1, 1), (0.0, 1.0)),  # a weighed below zero: b solved again alone
+])
+def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(rng, real_gap, correlation,
+                                                                    scale, want):
     from ncclean.methods.neighbours import read_weights
 
-    n = 20_000
+    n = 40_000
+    real = draw(rng, n, real_gap, correlation, scale)
+    shuffled = draw(rng, n, (0, 0, 0), correlation, scale)
+    fitted, null, image_group, text_group = controlled(rng, real, shuffled)
+    weights = read_weights(fitted, null, image_group, text_group).hood.weights
+    np.testing.assert_allclose(weights, want, atol=0.04)
 
-    def draw(gap, scale=1.0):
-        return scale * (rng.normal(size=n) + gap)
 
-    # b parts real from shuffled as the cosine does, at twice its scale; a does not at all
-    fitted, null, groups = controlled(rng, n, (draw(1), draw(0), draw(1, 2)),
-                                      (draw(0), draw(0), draw(0, 2)))
-    weights = read_weights(fitted, null, groups, groups).hood.weights
-    assert weights[0] == pytest.approx(0, abs=0.05)
-    assert weights[1] == pytest.approx(0.5, abs=0.05)
-    # a side that ranks shuffled pairs above real ones gets no weight
-    fitted, null, groups = controlled(rng, n, (draw(1), draw(-1), draw(1)),
-                                      (draw(0), draw(0), draw(0)))
-    weights = read_weights(fitted, null, groups, groups).hood.weights
-    assert weights[0] == 0 and weights[1] == pytest.approx(1, abs=0.1)
-    # a cosine that does not part them: nothing to read
-    fitted, null, groups = controlled(rng, n, (draw(-0.5), draw(1), draw(1)),
-                                      (draw(0), draw(0), draw(0)))
-    assert read_weights(fitted, null, groups, groups) is None
-    assert read_weights(fitted, None, groups, groups) is None
+def test_nothing_is_read_from_a_null_that_cannot_say(rng):
+    from ncclean.methods.neighbours import read_weights
+
+    n = 2_000
+    # a cosine that does not part real pairs from shuffled ones
+    fitted, null, ig, tg = controlled(rng, draw(rng, n, (-0.5, 1, 1)), draw(rng, n, (0, 0, 0)))
+    assert read_weights(fitted, null, ig, tg) is None
+    assert read_weights(fitted, None, ig, tg) is None
+    real = draw(rng, n, (1, 1, 1))
+    real[0, 1] = np.nan
+    fitted, null, ig, tg = controlled(rng, real, draw(rng, n, (0, 0, 0)))
+    assert read_weights(fitted, null, ig, tg) is None
+    # a side that hardly varies gets no weight, however well its tiny gap parts the two
+    real, shuffled = draw(rng, n, (1, 1e-8, 1)), draw(rng, n, (0, 0, 0))
+    real[:, 1] = 1e-8 + 1e-9 * real[:, 1]
+    shuffled[:, 1] = 1e-9 * shuffled[:, 1]
+    fitted, null, ig, tg = controlled(rng, real, shuffled)
+    weights = read_weights(fitted, null, ig, tg).hood.weights
+    assert weights[0] == 0 and weights[1] == pytest.approx(1, abs=0.15)
