@@ -222,7 +222,8 @@ class Clip(Method):
         "nearest captions and images (0: none)")
     neighbour_weight: float | None = param(
         None, low=0, rule="read from the corpus: the weights that best part its pairs from "
-        f"shuffled ones (a linear discriminant), {near.WEIGHT} where it has too few pairs",
+        f"shuffled ones (a linear discriminant); {near.WEIGHT} where it has no null of shuffled "
+        "pairs or its cosine does not part them",
         help="each side of the neighbours' agreement has half this times the cosines' spread")
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
