@@ -26,20 +26,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from rule_variants import subset
+from rule_variants import VECTORS, checkout_commit, done_runs, subset
 
 from ncclean import api
-from ncclean.api import Columns, RunOptions, StageOptions
+from ncclean.api import RunOptions, StageOptions
 
-VECTORS = Columns(image_emb="image_emb", text_emb="text_emb")
 # kN: N neighbours, weights read from shuffled pairs (the default's reading); kNwW: a fixed
 # weight W (each side half W times the cosines' spread)
 VARIANTS: dict[str, dict] = {
@@ -67,13 +64,8 @@ def noisy(clean: Path, ratio: float, seed: int, work: Path) -> Path:
 
 def run(args: argparse.Namespace) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if args.out.exists():
-        for line in args.out.read_text().splitlines():
-            row = json.loads(line)
-            done.add((row["corpus"], row["size"], row["ratio"], row["seed"], row["variant"]))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=Path(__file__).parent).stdout.strip()
+    done = done_runs(args.out)
+    commit = checkout_commit()
     for spec in args.corpora:
         name, corpus = spec.split("=", 1)
         for size in args.sizes:

@@ -111,6 +111,20 @@ def cut_metrics(clean_prob: np.ndarray, truth: np.ndarray, estimate: float | Non
     return out
 
 
+def done_runs(out: Path) -> set[tuple]:
+    """The (corpus, size, ratio, seed, variant) of each run already in the JSON lines ``out``."""
+    if not out.exists():
+        return set()
+    return {(row["corpus"], row["size"], row["ratio"], row["seed"], row["variant"])
+            for row in map(json.loads, out.read_text().splitlines())}
+
+
+def checkout_commit() -> str:
+    """The short commit of this checkout, which every run's row names."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, cwd=Path(__file__).parent).stdout.strip()
+
+
 def subset(corpus: Path, size: int, work: Path, name: str) -> Path:
     """A seeded random ``size`` rows of ``corpus`` (all of it when ``size`` is 0)."""
     if size == 0:
@@ -185,15 +199,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON lines, appended")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if args.out.exists():
-        for line in args.out.read_text().splitlines():
-            row = json.loads(line)
-            done.add((row["corpus"], row["size"], row["ratio"], row["seed"], row["variant"]))
+    done = done_runs(args.out)
     described = args.out.with_suffix(".entries.json")
     counts = json.loads(described.read_text()) if described.exists() else {}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=Path(__file__).parent).stdout.strip()
+    commit = checkout_commit()
     for spec in args.corpora:
         name, corpus = spec.split("=", 1)
         rows = pq.ParquetFile(corpus).metadata.num_rows
