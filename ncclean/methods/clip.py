@@ -310,10 +310,9 @@ class Clip(Method):
         if neighbours is not None:
             read = None
             if self.neighbour_weight is None:  # read from the null of the cosine alone
-                read = near.read_weights(neighbours, read_null(space), features.image_group,
-                                         features.text_group)
+                read = near.read_weights(neighbours, read_null(space))
             neighbours = read or neighbours
-            term = neighbours.score(features.image_group, features.text_group)
+            term = neighbours.pair_term()
             space = near.with_neighbours(undiscounted, neighbours)
             if caption_discount is not None:
                 space = spaces.discounted(space, caption_discount)

@@ -115,13 +115,16 @@ class Neighbourhood:
 class FittedNeighbours:
     """A :class:`Neighbourhood` fitted on pairs of image and caption entries, with every entry
     (``images``, ``texts``: unit length, those in no pair too) and its target:
-    ``score(image_entries, text_entries)`` is the term of any pairing of them."""
+    ``score(image_entries, text_entries)`` is the term of any pairing of them; ``pairs`` holds
+    ``a`` and ``b`` of the fitted pairs themselves, in their order, and ``pair_term()`` their
+    term."""
 
     hood: Neighbourhood
     images: np.ndarray
     texts: np.ndarray
     by_caption: np.ndarray
     by_image: np.ndarray
+    pairs: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0))
 
     def agreement(self, image_entries: np.ndarray, text_entries: np.ndarray):
         return self.hood.agreement(self.images[image_entries], self.texts[text_entries],
@@ -129,6 +132,9 @@ class FittedNeighbours:
 
     def score(self, image_entries: np.ndarray, text_entries: np.ndarray) -> np.ndarray:
         return self.hood.term(*self.agreement(image_entries, text_entries))
+
+    def pair_term(self) -> np.ndarray:
+        return self.hood.term(*self.pairs)
 
 
 def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
@@ -149,18 +155,18 @@ def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarra
     hood = Neighbourhood(*tables, k)
     fitted = FittedNeighbours(hood, unit_images, unit_texts,
                               *hood.targets(unit_images, unit_texts))
+    pairs = fitted.agreement(image_group, text_group)
     spread = float(np.std(cosine))
     weights = tuple(0.0 if (sd := float(np.std(side))) < 1e-6 else weight * spread / (2 * sd)
-                    for side in fitted.agreement(image_group, text_group))
-    return replace(fitted, hood=replace(hood, weights=weights))
+                    for side in pairs)
+    return replace(fitted, hood=replace(hood, weights=weights), pairs=pairs)
 
 
-def read_weights(fitted: FittedNeighbours, null: NullEstimate | None, image_group: np.ndarray,
-                 text_group: np.ndarray) -> FittedNeighbours | None:
+def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedNeighbours | None:
     """``fitted`` weighted as the corpus says: the linear discriminant of the cosine, ``a`` and
-    ``b`` between the null's real pairs (``null.rows`` of the pairs ``(image_group[p],
-    text_group[p])``, ``(n_pairs,)`` entry indices; their cosines as the null scored them, out
-    of the fit where the corpus is cross-fitted) and its shuffled pairs (``null.null_images``,
+    ``b`` between the null's real pairs (``null.rows`` of the fitted pairs, whose ``a`` and
+    ``b`` are ``fitted.pairs``; their cosines as the null scored them, out of the fit where the
+    corpus is cross-fitted) and its shuffled pairs (``null.null_images``,
     ``null.null_texts``), the within-class spread taken as the two samples' covariances summed,
     scaled so that the cosine's weight is one. A side that does not vary, or that the
     discriminant weighs below zero, is left out and the others solved again. The weights are
@@ -168,8 +174,7 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None, image_grou
     ``None`` where the null is missing or not finite, or its cosine does not part the two."""
     if null is None or len(null.null_images) == 0:
         return None
-    real = np.column_stack([null.scores, *fitted.agreement(image_group[null.rows],
-                                                           text_group[null.rows])])
+    real = np.column_stack([null.scores, *(side[null.rows] for side in fitted.pairs)])
     shuffled = np.column_stack([null.null, *fitted.agreement(null.null_images,
                                                              null.null_texts)])
     if not (np.isfinite(real).all() and np.isfinite(shuffled).all()):

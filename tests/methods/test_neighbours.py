@@ -2,6 +2,7 @@
 one, where the rule adds it, and the same term for a pair fitted and a pair applied."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -185,11 +186,12 @@ def test_a_saved_neighbourhood_scores_its_own_pairs_as_the_fit_did(rng):
 
 
 def controlled(rng, real, shuffled):
-    """A fit whose ``a`` of a pair is its caption entry's value and ``b`` its image entry's, and
-    its null: ``real`` and ``shuffled`` are ``(n, 3)`` draws of (cosine, a, b). The entries are
-    interleaved (real pairs' images odd, shuffled pairs' even; captions the other way) and
-    permuted, and the null's rows are in an order of their own, so that a reading that mixes up
-    pairs, rows and entries reads the wrong values."""
+    """A fit whose ``a`` of a pair is its caption entry's value and ``b`` its image entry's, its
+    own pairs' ``a`` and ``b`` read from them, and its null: ``real`` and ``shuffled`` are
+    ``(n, 3)`` draws of (cosine, a, b). The entries are interleaved (real pairs' images odd,
+    shuffled pairs' even; captions the other way) and permuted, and the null's rows are in an
+    order of their own, so that a reading that mixes up pairs, rows and entries reads the wrong
+    values."""
     from ncclean.methods.neighbours import FittedNeighbours, Neighbourhood
     from ncclean.methods.null_rate import NullEstimate
 
@@ -202,10 +204,11 @@ def controlled(rng, real, shuffled):
     ones, empty = np.ones((2 * n, 1), np.float32), np.zeros((1, 1), np.float32)
     hood = Neighbourhood(empty[0], empty[0], empty, empty, empty, empty, k=1)
     fitted = FittedNeighbours(hood, ones, ones, a[:, None], b[:, None])
+    fitted = replace(fitted, pairs=fitted.agreement(image_group, text_group))
     rows = rng.permutation(n)
     null = NullEstimate(0.5, n, n, 1, scores=real[rows, 0], null=shuffled[:, 0], rows=rows,
                         null_images=null_images, null_texts=null_texts)
-    return fitted, null, image_group, text_group
+    return fitted, null
 
 
 def draw(rng, n, gap, correlation=0.0, scale=(1.0, 1.0, 1.0)):
@@ -228,8 +231,8 @@ def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(rng, real_ga
     n = 40_000
     real = draw(rng, n, real_gap, correlation, scale)
     shuffled = draw(rng, n, (0, 0, 0), correlation, scale)
-    fitted, null, image_group, text_group = controlled(rng, real, shuffled)
-    weights = read_weights(fitted, null, image_group, text_group).hood.weights
+    fitted, null = controlled(rng, real, shuffled)
+    weights = read_weights(fitted, null).hood.weights
     np.testing.assert_allclose(weights, want, atol=0.04)
 
 
@@ -238,17 +241,17 @@ def test_nothing_is_read_from_a_null_that_cannot_say(rng):
 
     n = 2_000
     # a cosine that does not part real pairs from shuffled ones
-    fitted, null, ig, tg = controlled(rng, draw(rng, n, (-0.5, 1, 1)), draw(rng, n, (0, 0, 0)))
-    assert read_weights(fitted, null, ig, tg) is None
-    assert read_weights(fitted, None, ig, tg) is None
+    fitted, null = controlled(rng, draw(rng, n, (-0.5, 1, 1)), draw(rng, n, (0, 0, 0)))
+    assert read_weights(fitted, null) is None
+    assert read_weights(fitted, None) is None
     real = draw(rng, n, (1, 1, 1))
     real[0, 1] = np.nan
-    fitted, null, ig, tg = controlled(rng, real, draw(rng, n, (0, 0, 0)))
-    assert read_weights(fitted, null, ig, tg) is None
+    fitted, null = controlled(rng, real, draw(rng, n, (0, 0, 0)))
+    assert read_weights(fitted, null) is None
     # a side that hardly varies gets no weight, however well its tiny gap parts the two
     real, shuffled = draw(rng, n, (1, 1e-8, 1)), draw(rng, n, (0, 0, 0))
     real[:, 1] = 1e-8 + 1e-9 * real[:, 1]
     shuffled[:, 1] = 1e-9 * shuffled[:, 1]
-    fitted, null, ig, tg = controlled(rng, real, shuffled)
-    weights = read_weights(fitted, null, ig, tg).hood.weights
+    fitted, null = controlled(rng, real, shuffled)
+    weights = read_weights(fitted, null).hood.weights
     assert weights[0] == 0 and weights[1] == pytest.approx(1, abs=0.15)
