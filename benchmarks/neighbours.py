@@ -18,8 +18,8 @@ languages are one family), each variant's mean AUROC over its runs; the leave-on
 choice: the variant with the best mean over the other families (each family's mean counting
 once, however many runs it has), and what it scores on the family left out against the best
 variant there; and per corpus and size (ratios and seeds averaged) the default's AUROC against
-the best variant's (``--default``, and ``--conventions`` for the families where the default
-adds nothing: clip art's).
+the best variant's (``--default``, and ``--conventions-default`` for the ``--conventions``
+families, where the default counts ``a`` alone: clip art's).
 """
 
 from __future__ import annotations
@@ -37,17 +37,20 @@ from rule_variants import VECTORS, checkout_commit, done_runs, subset
 from ncclean import api
 from ncclean.api import RunOptions, StageOptions
 
-# kN: N neighbours, weights read from shuffled pairs (the default's reading); kNwW: a fixed
+# kN: N neighbours, both sides, weights read from shuffled pairs (the default's reading); kNa:
+# the same with a alone (the default's in a corpus of conventions); kNwW: both sides at a fixed
 # weight W (each side half W times the cosines' spread)
+BOTH = {"neighbour_sides": "both"}
 VARIANTS: dict[str, dict] = {
     "k0": {"neighbours": 0},
-    "k5": {"neighbours": 5},
-    "k10": {"neighbours": 10},
-    "k5w0.5": {"neighbours": 5, "neighbour_weight": 0.5},
-    "k10w0.5": {"neighbours": 10, "neighbour_weight": 0.5},
-    "k20w0.5": {"neighbours": 20, "neighbour_weight": 0.5},
-    "k10w0.25": {"neighbours": 10, "neighbour_weight": 0.25},
-    "k10w1": {"neighbours": 10, "neighbour_weight": 1.0},
+    "k5": {"neighbours": 5, **BOTH},
+    "k10": {"neighbours": 10, **BOTH},
+    "k5a": {"neighbours": 5, "neighbour_sides": "a"},
+    "k5w0.5": {"neighbours": 5, "neighbour_weight": 0.5, **BOTH},
+    "k10w0.5": {"neighbours": 10, "neighbour_weight": 0.5, **BOTH},
+    "k20w0.5": {"neighbours": 20, "neighbour_weight": 0.5, **BOTH},
+    "k10w0.25": {"neighbours": 10, "neighbour_weight": 0.25, **BOTH},
+    "k10w1": {"neighbours": 10, "neighbour_weight": 1.0, **BOTH},
 }
 
 
@@ -122,7 +125,8 @@ def table(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|")
     for corpus, size in sorted({k[:2] for k in runs}):
         keys = [k for k in runs if k[:2] == (corpus, size)]
-        default = "k0" if corpus.split("-")[0] in args.conventions else args.default
+        default = args.conventions_default if corpus.split("-")[0] in args.conventions \
+            else args.default
         means = {v: float(np.mean([runs[k][v] for k in keys])) for v in variants}
         best = max(variants, key=means.get)
         print(f"| {corpus} | {size or 'all'} | {len(keys)} | {default} | {means[default]:.4f} | "
@@ -144,7 +148,9 @@ def main(argv: list[str] | None = None) -> None:
     shower.add_argument("jsonl", type=Path)
     shower.add_argument("--default", default="k5", help="the default's variant")
     shower.add_argument("--conventions", nargs="*", default=["clipart"],
-                        help="families of conventions, where the default is k0")
+                        help="families of conventions, where the default is --conventions-default")
+    shower.add_argument("--conventions-default", default="k5a",
+                        help="the default's variant in a corpus of conventions")
     args = parser.parse_args(argv)
     print(f"command: python benchmarks/neighbours.py {' '.join(sys.argv[1:])}", flush=True)
     (run if args.command == "run" else table)(args)

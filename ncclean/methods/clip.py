@@ -216,10 +216,15 @@ class Clip(Method):
         f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
         f"{RIDGE:g}", help="CCA ridge shrinkage")
     neighbours: int | None = param(
-        None, low=0, rule=f"{near.K} where a CCA is fitted on at most {near.MAX_PAIRS:,} pairs of "
-        "a corpus without conventions (see conventions), else 0",
+        None, low=0, rule=f"{near.K} where a CCA is fitted on at most {near.MAX_PAIRS:,} pairs, "
+        "else 0",
         help="with a CCA: add the neighbours' agreement to the cosine, read from this many "
         "nearest captions and images (0: none)")
+    neighbour_sides: Literal["auto", "both", "a"] = param(
+        "auto", help="which of the neighbours' agreements count: the image against the images "
+        "of captions like its caption (a) and the caption against the captions of images like "
+        "its image (both); auto leaves the second out in a corpus of conventions (see "
+        "conventions), where it vouches for a collection's label by the label itself")
     neighbour_weight: float | None = param(
         None, low=0, rule="read from the corpus: the weights that best part its pairs from "
         f"shuffled ones (a linear discriminant); {near.WEIGHT} where it has no null of shuffled "
@@ -281,12 +286,12 @@ class Clip(Method):
         neighbours = term = None
         if alignment is not None:
             report["alignment"] = alignment.describe()
-            if (k := near.neighbour_count(self.neighbours, features.n_pairs,
-                                          shape.has_conventions)) > 0:
+            if (k := near.neighbour_count(self.neighbours, features.n_pairs)) > 0:
                 neighbours = near.fit_neighbours(
                     features.image_data, features.text_data, features.image_group,
                     features.text_group, similarity, k=k,
-                    weight=near.WEIGHT if self.neighbour_weight is None else self.neighbour_weight)
+                    weight=near.WEIGHT if self.neighbour_weight is None else self.neighbour_weight,
+                    sides=near.neighbour_sides(self.neighbour_sides, shape.has_conventions))
         discount = caption_discount = None
         undiscounted = space
         if alignment is not None and self._discounts(shape, report):
@@ -318,6 +323,7 @@ class Clip(Method):
                 space = spaces.discounted(space, caption_discount)
             report["neighbours"] = {
                 "k": neighbours.hood.k, "weights": [round(w, 4) for w in neighbours.hood.weights],
+                "sides": "a and b" if neighbours.sides[1] else "a",
                 "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
         null: NullEstimate | None = None if space is None else read_null(space)
         if cross_fits and null is not None:  # every pair scored by a fit that did not see it

@@ -22,11 +22,12 @@ costs what a cosine costs.
 ones, which are all mismatched, so a corpus whose CCA is weak leans on its neighbours more. Where
 the corpus has no null or its cosine does not part real pairs from shuffled ones, or with
 ``clip``'s ``neighbour_weight`` set, each side gets ``weight * sd(cosine) / (2 * sd(side))``
-instead. Not in a corpus of conventions: there a caption's neighbours are other collection
-labels, and the term ranked clip art's hand-labelled mismatches worse, read weights too
-(``benchmarks/results/neighbours.md``, which measures the term on every corpus). The search is
-exact, so it is done only for fits of at most :data:`MAX_PAIRS` pairs; a corpus applied shard by
-shard finds each new pair's neighbours among the fitted pairs.
+instead. In a corpus of conventions only ``a`` counts: there the images like a pair's image
+carry its own caption, a collection's label put on a batch, so ``b`` vouches for a label that
+is wrong for the whole batch as much as for one that is right, and it ranked clip art's
+hand-labelled mismatches worse (``benchmarks/results/neighbours.md``, which measures the term on
+every corpus). The search is exact, so it is done only for fits of at most :data:`MAX_PAIRS`
+pairs; a corpus applied shard by shard finds each new pair's neighbours among the fitted pairs.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class FittedNeighbours:
     (``images``, ``texts``: unit length, those in no pair too) and its target:
     ``score(image_entries, text_entries)`` is the term of any pairing of them; ``pairs`` holds
     ``a`` and ``b`` of the fitted pairs themselves, in their order, and ``pair_term()`` their
-    term."""
+    term; ``sides`` says which of ``a`` and ``b`` may carry a weight."""
 
     hood: Neighbourhood
     images: np.ndarray
@@ -125,6 +126,7 @@ class FittedNeighbours:
     by_caption: np.ndarray
     by_image: np.ndarray
     pairs: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0))
+    sides: tuple[bool, bool] = (True, True)
 
     def agreement(self, image_entries: np.ndarray, text_entries: np.ndarray):
         return self.hood.agreement(self.images[image_entries], self.texts[text_entries],
@@ -139,11 +141,12 @@ class FittedNeighbours:
 
 def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
                    text_group: np.ndarray, cosine: np.ndarray, *, k: int = K,
-                   weight: float = WEIGHT) -> FittedNeighbours:
+                   weight: float = WEIGHT, sides: tuple[bool, bool] = (True, True),
+                   ) -> FittedNeighbours:
     """The neighbourhood of the pairs ``(image_group[p], text_group[p])`` of the raw entry
     tables ``images`` and ``texts`` (entries in no pair are no one's neighbours), weighted so
-    that each side of its term has ``weight / 2`` times the spread of the pairs' ``cosine``
-    (``(n_pairs,)``, the CCA's); a side that does not vary gets none."""
+    that each of its ``sides`` (``a``, ``b``) has ``weight / 2`` times the spread of the pairs'
+    ``cosine`` (``(n_pairs,)``, the CCA's); a side left out or that does not vary gets none."""
     images, texts = np.asarray(images, np.float32), np.asarray(texts, np.float32)
     image_mean, text_mean = images[image_group].mean(0), texts[text_group].mean(0)
     unit_images, unit_texts = _unit(images, image_mean), _unit(texts, text_mean)
@@ -157,9 +160,9 @@ def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarra
                               *hood.targets(unit_images, unit_texts))
     pairs = fitted.agreement(image_group, text_group)
     spread = float(np.std(cosine))
-    weights = tuple(0.0 if (sd := float(np.std(side))) < 1e-6 else weight * spread / (2 * sd)
-                    for side in pairs)
-    return replace(fitted, hood=replace(hood, weights=weights), pairs=pairs)
+    weights = tuple(0.0 if not used or (sd := float(np.std(side))) < 1e-6
+                    else weight * spread / (2 * sd) for side, used in zip(pairs, sides))
+    return replace(fitted, hood=replace(hood, weights=weights), pairs=pairs, sides=sides)
 
 
 def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedNeighbours | None:
@@ -168,8 +171,9 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
     ``b`` are ``fitted.pairs``; their cosines as the null scored them, out of the fit where the
     corpus is cross-fitted) and its shuffled pairs (``null.null_images``,
     ``null.null_texts``), the within-class spread taken as the two samples' covariances summed,
-    scaled so that the cosine's weight is one. A side that does not vary, or that the
-    discriminant weighs below zero, is left out and the others solved again. The weights are
+    scaled so that the cosine's weight is one. A side not in ``fitted.sides``, one that does not
+    vary, or one that the discriminant weighs below zero, is left out and the others solved
+    again. The weights are
     read against the null's cosine; a corpus ranked in sample adds them to its in-sample one.
     ``None`` where the null is missing or not finite, or its cosine does not part the two."""
     if null is None or len(null.null_images) == 0:
@@ -181,8 +185,8 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
         return None
     gap = real.mean(0) - shuffled.mean(0)
     spread = np.cov(real, rowvar=False) + np.cov(shuffled, rowvar=False)
-    kept = [0] + [side for side in (1, 2) if np.std(np.r_[real[:, side],
-                                                         shuffled[:, side]]) >= 1e-6]
+    kept = [0] + [side for side in (1, 2) if fitted.sides[side - 1] and np.std(
+        np.r_[real[:, side], shuffled[:, side]]) >= 1e-6]
     while True:
         direction = np.linalg.lstsq(spread[np.ix_(kept, kept)], gap[kept], rcond=None)[0]
         if not np.isfinite(direction).all() or direction[0] <= 0:
@@ -196,13 +200,18 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
     return replace(fitted, hood=replace(fitted.hood, weights=tuple(weights)))
 
 
-def neighbour_count(neighbours: int | None, pairs: int, conventions: bool) -> int:
-    """``clip``'s ``neighbours`` as given, or its rule's for a fit of ``pairs`` pairs: none in a
-    corpus of conventions (:mod:`ncclean.methods.cca_rules`), else :data:`K` up to
-    :data:`MAX_PAIRS` pairs."""
+def neighbour_count(neighbours: int | None, pairs: int) -> int:
+    """``clip``'s ``neighbours`` as given, or its rule's for a fit of ``pairs`` pairs:
+    :data:`K` up to :data:`MAX_PAIRS` pairs, else none."""
     if neighbours is not None:
         return neighbours
-    return K if pairs <= MAX_PAIRS and not conventions else 0
+    return K if pairs <= MAX_PAIRS else 0
+
+
+def neighbour_sides(sides: str, conventions: bool) -> tuple[bool, bool]:
+    """Which of ``a`` and ``b`` may carry a weight, for ``clip``'s ``neighbour_sides``: ``a``
+    alone in a corpus of conventions (:mod:`ncclean.methods.cca_rules`) under ``auto``."""
+    return (True, sides == "both" or (sides == "auto" and not conventions))
 
 
 def with_neighbours(space: Space, neighbours: FittedNeighbours) -> Space:

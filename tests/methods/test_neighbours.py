@@ -11,7 +11,7 @@ import pytest
 
 from ncclean import api
 from ncclean.data.schema import Columns
-from ncclean.methods.neighbours import SAME, fit_neighbours, neighbour_count
+from ncclean.methods.neighbours import SAME, fit_neighbours, neighbour_count, neighbour_sides
 from ncclean.options import ScaleOptions
 from tests.methods.test_clip import wide_corpus
 
@@ -90,24 +90,35 @@ def test_its_spread_is_the_weight_times_the_cosines(entries, rng):
     a, b = fitted.agreement(image_group, text_group)
     assert fitted.hood.weights[0] * np.std(a) == pytest.approx(0.25 * np.std(cosine))
     assert fitted.hood.weights[1] * np.std(b) == pytest.approx(0.25 * np.std(cosine))
+    alone = fit_neighbours(images, texts, image_group, text_group, cosine, k=4, weight=0.5,
+                           sides=(True, False))
+    assert alone.hood.weights == (fitted.hood.weights[0], 0.0)
 
 
-def test_the_rule_adds_it_to_small_fits_without_conventions():
-    assert neighbour_count(None, 8_000, conventions=False) == 5
-    assert neighbour_count(None, 8_000, conventions=True) == 0
-    assert neighbour_count(None, 30_000, conventions=False) == 0
-    assert neighbour_count(5, 60_000, conventions=True) == 5
+def test_the_rule_adds_it_to_small_fits_and_leaves_b_out_where_captions_are_conventions():
+    assert neighbour_count(None, 8_000) == 5
+    assert neighbour_count(None, 30_000) == 0
+    assert neighbour_count(5, 60_000) == 5
+    assert neighbour_sides("auto", conventions=False) == (True, True)
+    assert neighbour_sides("auto", conventions=True) == (True, False)
+    assert neighbour_sides("both", conventions=True) == (True, True)
+    assert neighbour_sides("a", conventions=False) == (True, False)
 
 
-def test_clip_adds_the_term_to_a_corpus_of_names_and_not_to_one_of_conventions(tmp_path, rng):
-    wide_corpus(tmp_path / "names.parquet", rng)
-    wide_corpus(tmp_path / "labels.parquet", rng, labelled=30)
-    for name, added in (("names", True), ("labels", False)):
-        summary = api.score(tmp_path / f"{name}.parquet", tmp_path / f"{name}-out.parquet",
-                            method="clip", columns=COLUMNS, cache_dir=False)
+def test_clip_weighs_both_sides_in_a_corpus_of_names_and_a_alone_in_one_of_conventions(
+        tmp_path, rng):
+    wide_corpus(tmp_path / "names.parquet", rng, n=400, noisy=120)
+    wide_corpus(tmp_path / "labels.parquet", rng, n=400, noisy=120, labelled=120)
+    for name, params, b_counts in (("names", {}, True), ("labels", {}, False),
+                                   ("labels", {"neighbour_sides": "both"}, True)):
+        summary = api.score(tmp_path / f"{name}.parquet", tmp_path / "out.parquet",
+                            method="clip", columns=COLUMNS, cache_dir=False, params=params,
+                            overwrite=True)
         report = json.loads(Path(f"{summary.output}.json").read_text())["report"]
-        columns = pq.read_schema(summary.output).names
-        assert ("neighbours" in report) is added and ("clip_neighbours" in columns) is added
+        weight_a, weight_b = report["neighbours"]["weights"]
+        assert weight_a > 0 and (weight_b > 0) is b_counts
+        assert report["neighbours"]["sides"] == ("a and b" if b_counts else "a")
+        assert "clip_neighbours" in pq.read_schema(summary.output).names
 
 
 def test_the_weights_are_read_from_shuffled_pairs_where_the_corpus_has_a_null(tmp_path, rng):
@@ -219,20 +230,24 @@ def draw(rng, n, gap, correlation=0.0, scale=(1.0, 1.0, 1.0)):
     return (z * scale + gap).astype(np.float32)
 
 
-@pytest.mark.parametrize("real_gap, correlation, scale, want", [
-    ((1, 0, 2), 0.0, (1, 1, 2), (0.0, 0.5)),  # b parts as the cosine, at twice its scale
-    ((1, 1, 1), 0.5, (1, 1, 1), (2 / 3, 2 / 3)),  # correlated sides share their weight
-    ((1, -0.5, 1), 0.5, (1, 1, 1), (0.0, 1.0)),  # a weighed below zero: b solved again alone
+BOTH = (True, True)
+
+
+@pytest.mark.parametrize("real_gap, correlation, scale, want, sides", [
+    ((1, 0, 2), 0.0, (1, 1, 2), (0.0, 0.5), BOTH),  # b parts as the cosine, at twice its scale
+    ((1, 1, 1), 0.5, (1, 1, 1), (2 / 3, 2 / 3), BOTH),  # correlated sides share their weight
+    ((1, -0.5, 1), 0.5, (1, 1, 1), (0.0, 1.0), BOTH),  # a weighed below zero: b solved alone
+    ((1, 1, 2), 0.5, (1, 1, 1), (1.0, 0.0), (True, False)),  # b left out: a solved alone
 ])
-def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(rng, real_gap, correlation,
-                                                                    scale, want):
+def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(
+        rng, real_gap, correlation, scale, want, sides):
     from ncclean.methods.neighbours import read_weights
 
     n = 40_000
     real = draw(rng, n, real_gap, correlation, scale)
     shuffled = draw(rng, n, (0, 0, 0), correlation, scale)
     fitted, null = controlled(rng, real, shuffled)
-    weights = read_weights(fitted, null).hood.weights
+    weights = read_weights(replace(fitted, sides=sides), null).hood.weights
     np.testing.assert_allclose(weights, want, atol=0.04)
 
 
