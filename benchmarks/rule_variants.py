@@ -90,7 +90,7 @@ def cut_partitions(clean_prob: np.ndarray, cut: Cut) -> np.ndarray:
                     np.where(written < above, "vague", "clean_significant")).astype(object)
 
 
-def cut_metrics(clean_prob: np.ndarray, truth: np.ndarray, estimate: float | None,
+def cut_metrics(clean_prob: np.ndarray, truth: np.ndarray,
                 interval: tuple[float, float] | None) -> dict[str, dict]:
     """For every cut in :data:`CUTS`: the share of truly clean pairs kept clean, the share of
     the noise queued (``vague`` or ``noisy``), ``noisy``'s precision, and the queue over the
@@ -99,7 +99,7 @@ def cut_metrics(clean_prob: np.ndarray, truth: np.ndarray, estimate: float | Non
     for noisy_recall, review_recall, queue in CUTS:
         cut = Cut(clean_above=0.8, noisy_below=0.5, noisy_recall=noisy_recall,
                   review_recall=review_recall, queue_by_estimate=queue)
-        cut = cut.with_recall(clean_prob).with_queue(clean_prob, estimate, interval)
+        cut = cut.with_recall(clean_prob).with_queue(clean_prob, interval)
         parts = cut_partitions(clean_prob, cut)
         clean = np.char.startswith(parts.astype(str), "clean")
         noisy = parts == "noisy"
@@ -179,7 +179,7 @@ def measure(path: Path, seed: int, params: dict, work: Path) -> dict:
             "auroc": summary.detection["auroc"], "ap": summary.detection["ap"],
             "estimate": record["estimated_noise_rate"], "ci95": interval,
             "rank": method.get("rank", "in-sample"),
-            "cuts": cut_metrics(clean_prob, truth, record["estimated_noise_rate"],
+            "cuts": cut_metrics(clean_prob, truth,
                                 None if interval is None else tuple(interval))}
 
 

@@ -37,7 +37,7 @@ class Cut:
     threshold for pairs whose caption occurs at most ``rare_count`` times among the valid pairs;
     ``rare_count`` also says which clean captions the specificity stage leaves significant.
     ``queue_by_estimate``: where the thresholds flag more pairs than the method's estimate of
-    the noise says there are, the review queue (``noisy`` with ``vague``) is cut back to the
+    the noise says there can be, the review queue (``noisy`` with ``vague``) is cut back to the
     lower end of that estimate's interval (:meth:`with_queue` fills in ``queue_clean_above``).
     ``Cut()`` is the single 0.5 cut; ``score`` uses :data:`DEFAULT_CUT`. A ``noise_rate``
     replaces the thresholds: with one, thresholds other than these two defaults are an error
@@ -153,23 +153,24 @@ class Cut:
         return replace(self, recall_noisy_below=reach(self.noisy_recall),
                        recall_clean_above=reach(self.review_recall))
 
-    def with_queue(self, clean_prob: np.ndarray, estimate: float | None,
-                   interval: tuple[float, float] | None) -> Cut:
+    def with_queue(self, clean_prob: np.ndarray, interval: tuple[float, float] | None) -> Cut:
         """This cut with ``queue_clean_above`` filled in from the run's ``clean_prob``
-        (``(n,)``, every scored pair) and the method's noise ``estimate`` with its 95%
-        ``interval``; every other field kept.
+        (``(n,)``, every scored pair) and the 95% ``interval`` of the method's noise estimate;
+        every other field kept.
 
-        Where the pairs under ``clean_above`` outnumber ``estimate * n``, the thresholds flag
-        more than the corpus holds: the review queue becomes the ``round(interval[0] * n)``
+        Where the pairs under ``clean_above`` outnumber ``interval[1] * n``, the thresholds flag
+        more than the corpus can hold: the review queue becomes the ``round(interval[0] * n)``
         lowest pairs (pairs with equal scores on one side), ``queue_clean_above`` the clean
         threshold that makes it, and the recall bands do not widen it. The interval's lower end,
         not the estimate: the estimate errs high by the clean pairs that score like shuffled
         ones, on small corpora by as much as the interval is wide, on large ones by about a
-        point (``benchmarks/results/review-queue.md``). Where they do not outnumber it (noise
-        hidden among near misses, a clean corpus) nothing changes and the bands widen the
-        queue as before. Without an interval, or without ``queue_by_estimate``, nothing
-        changes."""
-        if not self.queue_by_estimate or estimate is None or interval is None:
+        point (``benchmarks/results/review-queue.md``). Its upper end decides whether to cut, so
+        that a corpus whose thresholds flag about as many pairs as it holds (clip art as it is,
+        about 2% noisy) is not cut to a tenth of its queue by a seed's difference. Where they do
+        not outnumber it (noise hidden among near misses, a clean corpus) nothing changes and
+        the bands widen the queue as before. Without an interval, or without
+        ``queue_by_estimate``, nothing changes."""
+        if not self.queue_by_estimate or interval is None:
             return replace(self, queue_clean_above=None)
         import numpy as np
 
@@ -178,7 +179,7 @@ class Cut:
         values = np.asarray(clean_prob, dtype=np.float64)
         values = np.sort(as_written(np.clip(values[np.isfinite(values)], 0.0, 1.0)))
         flagged = int(np.searchsorted(values, np.float32(self.clean_above), side="left"))
-        if len(values) == 0 or flagged <= estimate * len(values):
+        if len(values) == 0 or flagged <= interval[1] * len(values):
             return replace(self, queue_clean_above=None)
         queued = min(int(round(interval[0] * len(values))), flagged)
         return replace(self, queue_clean_above=float(values[queued]) if queued < len(values)

@@ -253,8 +253,8 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
                          f"{features.n_pairs} pairs")
     resolved = cut.with_estimate(result.noise_rate, method)
     if result.partition is None:  # a method that draws its own partitions uses no band
-        resolved = resolved.with_recall(clean_prob).with_queue(
-            clean_prob, result.noise_rate, result.noise_interval)
+        resolved = resolved.with_recall(clean_prob).with_queue(clean_prob,
+                                                               result.noise_interval)
 
     staged = time.perf_counter()
     counts = caption_counts(features.text_group)

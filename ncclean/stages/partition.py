@@ -40,12 +40,12 @@ are what puts the real mismatches under review (``benchmarks/results/natural-noi
 training cut) have none.
 
 **A queue sized by the noise estimate** (``queue_by_estimate``, on in ``score``'s default):
-where the pairs under ``clean_above`` outnumber the method's estimate of the noisy pairs, the
-thresholds flag more than the corpus holds (a small or weakly separated corpus, on which the
-calibrated scores are unsure of most clean pairs too), and ``noisy`` with ``vague`` is cut back
-to the lowest pairs, as many as the lower end of the estimate's 95% interval; the bands then do
-not widen it (:meth:`Cut.with_queue`, ``benchmarks/results/review-queue.md``). Where they do not
-outnumber it, the bands decide as above.
+where the pairs under ``clean_above`` outnumber the upper end of the 95% interval of the
+method's estimate of the noisy pairs, the thresholds flag more than the corpus holds (a small or
+weakly separated corpus, on which the calibrated scores are unsure of most clean pairs too), and
+``noisy`` with ``vague`` is cut back to the lowest pairs, as many as the interval's lower end;
+the bands then do not widen it (:meth:`Cut.with_queue`, ``benchmarks/results/review-queue.md``).
+Where they do not outnumber it, the bands decide as above.
 
 Every clean pair leaves here as ``clean_significant``; the significance stage
 (:mod:`ncclean.stages.significance`) then moves the insignificant ones to

@@ -20,6 +20,6 @@ def test_cut_partitions_equal_the_stage(noisy_recall, review_recall, queue):
     clean_prob = np.concatenate([rng.beta(8, 2, 700), rng.beta(2, 6, 300)])
     cut = Cut(clean_above=0.8, noisy_below=0.5, noisy_recall=noisy_recall,
               review_recall=review_recall, queue_by_estimate=queue)
-    cut = cut.with_recall(clean_prob).with_queue(clean_prob, 0.25, (0.2, 0.3))
+    cut = cut.with_recall(clean_prob).with_queue(clean_prob, (0.2, 0.3))
     assert cut_partitions(clean_prob, cut).tolist() == partition(clean_prob, cut).tolist()
     assert cut_partitions(clean_prob, Cut()).tolist() == partition(clean_prob, Cut()).tolist()

@@ -148,7 +148,7 @@ def test_the_queue_is_cut_back_to_the_low_end_of_the_estimate_where_the_threshol
     default = Cut(0.8, 0.5, noisy_recall=0.5, review_recall=0.9, queue_by_estimate=True)
     before = partition(prob, replace(default, queue_by_estimate=False))
     assert (before != "clean_significant").sum() > 1.6 * truth.sum()  # the long queue
-    cut = default.with_recall(prob).with_queue(prob, estimate=0.37, interval=(0.28, 0.46))
+    cut = default.with_recall(prob).with_queue(prob, interval=(0.28, 0.46))
     out = partition(prob, cut)
     queued = out != "clean_significant"
     assert queued.sum() == round(0.28 * len(prob))  # the interval's low end, not the estimate
@@ -161,20 +161,24 @@ def test_the_queue_is_cut_back_to_the_low_end_of_the_estimate_where_the_threshol
     assert partition(prob, Cut.from_record(as_record(cut))).tolist() == out.tolist()
 
 
-def test_the_queue_is_left_to_the_bands_where_the_thresholds_flag_less_than_the_estimate():
+def test_the_queue_is_left_to_the_bands_where_the_thresholds_flag_no_more_than_it_can_hold():
     # noise hidden among near misses (clip art as it is): the bands widen, the estimate does not
-    # narrow
+    # narrow, also where the thresholds flag more than the estimate (3 of 10 against, say, 2.6)
+    # but not more than the upper end of its interval
     prob = np.array([0.55, 0.7, 0.75, 0.85, 0.9, 0.95, 0.99, 0.99, 1.0, 1.0])
     cut = Cut(0.8, 0.5, noisy_recall=0.5, review_recall=0.9, queue_by_estimate=True)
-    resolved = cut.with_recall(prob).with_queue(prob, estimate=0.35, interval=(0.2, 0.5))
-    assert resolved.queue_clean_above is None
-    assert resolved.thresholds() == cut.with_recall(prob).thresholds()
+    for interval in ((0.2, 0.5), (0.2, 0.32)):
+        resolved = cut.with_recall(prob).with_queue(prob, interval=interval)
+        assert resolved.queue_clean_above is None
+        assert resolved.thresholds() == cut.with_recall(prob).thresholds()
+    resolved = cut.with_recall(prob).with_queue(prob, interval=(0.2, 0.28))  # 3 > 2.8: cut
+    assert (partition(prob, resolved) != "clean_significant").sum() == 2
 
 
 def test_the_queue_needs_an_interval_and_belongs_to_the_review_cut(rng):
     prob, _ = _weakly_separated(rng)
     cut = Cut(0.8, 0.5, queue_by_estimate=True)
-    assert cut.with_queue(prob, 0.37, None).queue_clean_above is None  # no interval: as before
-    assert Cut(0.8, 0.5).with_queue(prob, 0.37, (0.28, 0.46)).queue_clean_above is None
+    assert cut.with_queue(prob, None).queue_clean_above is None  # no interval: as before
+    assert Cut(0.8, 0.5).with_queue(prob, (0.28, 0.46)).queue_clean_above is None
     assert not replace(DEFAULT_CUT, noise_rate=0.3).queue_by_estimate
     assert not preset_cut("train").queue_by_estimate and DEFAULT_CUT.queue_by_estimate
