@@ -37,13 +37,14 @@ from rule_variants import VECTORS, checkout_commit, done_runs, subset
 from ncclean import api
 from ncclean.api import RunOptions, StageOptions
 
-# kN: N neighbours, both sides, weights read from shuffled pairs (the default's reading); kNa:
-# the same with a alone (the default's in a corpus of conventions); kNwW: both sides at a fixed
+# kN: N neighbours, both sides, weights read from shuffled pairs (k7: the default); kNa: the
+# same with a alone (k5a: the default in a corpus of conventions); kNwW: both sides at a fixed
 # weight W (each side half W times the cosines' spread)
 BOTH = {"neighbour_sides": "both"}
 VARIANTS: dict[str, dict] = {
     "k0": {"neighbours": 0},
     "k5": {"neighbours": 5, **BOTH},
+    "k7": {"neighbours": 7, **BOTH},
     "k10": {"neighbours": 10, **BOTH},
     "k5a": {"neighbours": 5, "neighbour_sides": "a"},
     "k5w0.5": {"neighbours": 5, "neighbour_weight": 0.5, **BOTH},
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     runner.add_argument("--out", type=Path, required=True)
     shower = sub.add_parser("table")
     shower.add_argument("jsonl", type=Path)
-    shower.add_argument("--default", default="k5", help="the default's variant")
+    shower.add_argument("--default", default="k7", help="the default's variant")
     shower.add_argument("--conventions", nargs="*", default=["clipart"],
                         help="families of conventions, where the default is --conventions-default")
     shower.add_argument("--conventions-default", default="k5a",

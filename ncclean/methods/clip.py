@@ -216,8 +216,8 @@ class Clip(Method):
         f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
         f"{RIDGE:g}", help="CCA ridge shrinkage")
     neighbours: int | None = param(
-        None, low=0, rule=f"{near.K} where a CCA is fitted on at most {near.MAX_PAIRS:,} pairs, "
-        "else 0",
+        None, low=0, rule=f"{near.K} where a CCA is fitted on at most {near.MAX_PAIRS:,} pairs "
+        f"({near.K_CONVENTIONS} in a corpus of conventions, see conventions), else 0",
         help="with a CCA: add the neighbours' agreement to the cosine, read from this many "
         "nearest captions and images (0: none)")
     neighbour_sides: Literal["auto", "both", "a"] = param(
@@ -286,7 +286,8 @@ class Clip(Method):
         neighbours = term = None
         if alignment is not None:
             report["alignment"] = alignment.describe()
-            if (k := near.neighbour_count(self.neighbours, features.n_pairs)) > 0:
+            if (k := near.neighbour_count(self.neighbours, features.n_pairs,
+                                          shape.has_conventions)) > 0:
                 neighbours = near.fit_neighbours(
                     features.image_data, features.text_data, features.image_group,
                     features.text_group, similarity, k=k,

@@ -6,9 +6,9 @@ more: a caption moved onto the wrong image lands among captions whose images loo
 it. For a pair of image ``i`` and caption ``j``, with each side's vectors centred on the fitted
 pairs and unit length:
 
-- ``a``: the cosine of image ``i`` with the mean image of the :data:`K` fitted captions nearest
+- ``a``: the cosine of image ``i`` with the mean image of the ``k`` fitted captions nearest
   caption ``j`` (each caption's images averaged first);
-- ``b``: the cosine of caption ``j`` with the mean caption of the :data:`K` fitted images
+- ``b``: the cosine of caption ``j`` with the mean caption of the ``k`` fitted images
   nearest image ``i`` (each image's captions averaged first);
 
 where caption ``j`` (image ``i``) itself, or one at cosine :data:`SAME` or more, is never its
@@ -25,8 +25,9 @@ the corpus has no null or its cosine does not part real pairs from shuffled ones
 instead. In a corpus of conventions only ``a`` counts: there the images like a pair's image
 carry its own caption, a collection's label put on a batch, so ``b`` vouches for a label that
 is wrong for the whole batch as much as for one that is right, and it ranked clip art's
-hand-labelled mismatches worse (``benchmarks/results/neighbours.md``, which measures the term on
-every corpus). The search is exact, so it is done only for fits of at most :data:`MAX_PAIRS`
+hand-labelled mismatches worse; there ``k`` is :data:`K_CONVENTIONS`, elsewhere :data:`K`
+(``benchmarks/results/neighbours.md``, which measures the term on every corpus). The search is
+exact, so it is done only for fits of at most :data:`MAX_PAIRS`
 pairs; a corpus applied shard by shard finds each new pair's neighbours among the fitted pairs.
 """
 
@@ -39,7 +40,9 @@ import torch
 
 from ncclean.methods.null_rate import Cosine, NullEstimate, Space
 
-K = 5
+K = 7
+#: Fewer in a corpus of conventions, where more of a caption's nearest captions are its batch's.
+K_CONVENTIONS = 5
 WEIGHT = 0.5
 MAX_PAIRS = 20_000
 #: Two vectors at this cosine or more are one caption (image): never each other's neighbours.
@@ -200,12 +203,13 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
     return replace(fitted, hood=replace(fitted.hood, weights=tuple(weights)))
 
 
-def neighbour_count(neighbours: int | None, pairs: int) -> int:
-    """``clip``'s ``neighbours`` as given, or its rule's for a fit of ``pairs`` pairs:
-    :data:`K` up to :data:`MAX_PAIRS` pairs, else none."""
+def neighbour_count(neighbours: int | None, pairs: int, conventions: bool) -> int:
+    """``clip``'s ``neighbours`` as given, or its rule's for a fit of ``pairs`` pairs: up to
+    :data:`MAX_PAIRS` pairs :data:`K`, or :data:`K_CONVENTIONS` in a corpus of conventions
+    (:mod:`ncclean.methods.cca_rules`); else none."""
     if neighbours is not None:
         return neighbours
-    return K if pairs <= MAX_PAIRS else 0
+    return 0 if pairs > MAX_PAIRS else K_CONVENTIONS if conventions else K
 
 
 def neighbour_sides(sides: str, conventions: bool) -> tuple[bool, bool]:

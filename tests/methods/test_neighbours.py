@@ -96,9 +96,10 @@ def test_its_spread_is_the_weight_times_the_cosines(entries, rng):
 
 
 def test_the_rule_adds_it_to_small_fits_and_leaves_b_out_where_captions_are_conventions():
-    assert neighbour_count(None, 8_000) == 5
-    assert neighbour_count(None, 30_000) == 0
-    assert neighbour_count(5, 60_000) == 5
+    assert neighbour_count(None, 8_000, conventions=False) == 7
+    assert neighbour_count(None, 8_000, conventions=True) == 5
+    assert neighbour_count(None, 30_000, conventions=False) == 0
+    assert neighbour_count(5, 60_000, conventions=True) == 5
     assert neighbour_sides("auto", conventions=False) == (True, True)
     assert neighbour_sides("auto", conventions=True) == (True, False)
     assert neighbour_sides("both", conventions=True) == (True, True)
@@ -118,6 +119,7 @@ def test_clip_weighs_both_sides_in_a_corpus_of_names_and_a_alone_in_one_of_conve
         weight_a, weight_b = report["neighbours"]["weights"]
         assert weight_a > 0 and (weight_b > 0) is b_counts
         assert report["neighbours"]["sides"] == ("a and b" if b_counts else "a")
+        assert report["neighbours"]["k"] == (5 if name == "labels" else 7)
         assert "clip_neighbours" in pq.read_schema(summary.output).names
 
 
