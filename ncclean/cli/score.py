@@ -86,8 +86,8 @@ def score(
         show_default=False)] = None,
     queue_by_estimate: Annotated[bool, typer.Option(
         "--queue-by-estimate/--queue-by-thresholds", help="Where the thresholds flag more pairs "
-        "than the method estimates are noisy, cut noisy and vague back to the lower end of the "
-        "estimate's 95% interval (methods that give one: clip) [default: by estimate].",
+        "than the upper end of the 95% interval of the method's noise estimate, cut noisy and "
+        "vague back to its lower end (methods that give one: clip) [default: by estimate].",
         rich_help_panel="Partition", show_default=False)] = True,
     preset: Annotated[Literal["review", "gate", "train"] | None, typer.Option(
         help="What the output is for; sets the cut (not with the options above) and what "

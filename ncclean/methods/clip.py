@@ -191,7 +191,8 @@ class Clip(Method):
         "With a CCA, a repeated caption's score loses what only its own pairs taught the fit "
         "(conventions; benchmarks/results/natural-noise.md) where captions that many pairs "
         "share make a convention; elsewhere the fit is trusted and shrunk less "
-        "(benchmarks/results/rules.md), and the cosine gains the neighbours' agreement "
+        "(benchmarks/results/rules.md). A fit of at most 20,000 pairs adds the neighbours' "
+        "agreement to the cosine, in a corpus of conventions its image side alone "
         "(benchmarks/results/neighbours.md).",
     )
 
@@ -221,10 +222,10 @@ class Clip(Method):
         help="with a CCA: add the neighbours' agreement to the cosine, read from this many "
         "nearest captions and images (0: none)")
     neighbour_sides: Literal["auto", "both", "a"] = param(
-        "auto", help="which of the neighbours' agreements count: the image against the images "
-        "of captions like its caption (a) and the caption against the captions of images like "
-        "its image (both); auto leaves the second out in a corpus of conventions (see "
-        "conventions), where it vouches for a collection's label by the label itself")
+        "auto", help="with neighbours: a counts only the image against the images of captions "
+        "like its caption; both adds the caption against the captions of images like its image; "
+        "auto is a in a corpus of conventions (see conventions), where the second vouches for a "
+        "collection's label by the label itself, and both elsewhere")
     neighbour_weight: float | None = param(
         None, low=0, rule="read from the corpus: the weights that best part its pairs from "
         f"shuffled ones (a linear discriminant); {near.WEIGHT} where it has no null of shuffled "
@@ -324,7 +325,8 @@ class Clip(Method):
                 space = spaces.discounted(space, caption_discount)
             report["neighbours"] = {
                 "k": neighbours.hood.k, "weights": [round(w, 4) for w in neighbours.hood.weights],
-                "sides": "a and b" if neighbours.sides[1] else "a",
+                "sides": " and ".join(side for side, weight in zip("ab", neighbours.hood.weights)
+                                      if weight > 0) or "none",
                 "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
         null: NullEstimate | None = None if space is None else read_null(space)
         if cross_fits and null is not None:  # every pair scored by a fit that did not see it

@@ -13,6 +13,7 @@ from ncclean import api
 from ncclean.data.schema import Columns
 from ncclean.methods.neighbours import SAME, fit_neighbours, neighbour_count, neighbour_sides
 from ncclean.options import ScaleOptions
+from ncclean.pipeline.fit import load_fit
 from tests.methods.test_clip import wide_corpus
 
 COLUMNS = Columns(image_emb="img", text_emb="txt")
@@ -143,8 +144,9 @@ def with_ids(path):
     return path
 
 
-def test_a_fitted_pair_applied_again_gets_the_term_its_fit_gave_it(tmp_path, rng):
-    wide_corpus(tmp_path / "in.parquet", rng)
+@pytest.mark.parametrize("labelled", [0, 120])  # a corpus of names; one of conventions: a alone
+def test_a_fitted_pair_applied_again_gets_the_term_its_fit_gave_it(tmp_path, rng, labelled):
+    wide_corpus(tmp_path / "in.parquet", rng, n=400, noisy=120, labelled=labelled)
     with_ids(tmp_path / "in.parquet")
     run = dict(method="clip", columns=COLUMNS, seed=1, cache_dir=False)
     api.score(tmp_path / "in.parquet", tmp_path / "fitted.parquet",
@@ -155,6 +157,8 @@ def test_a_fitted_pair_applied_again_gets_the_term_its_fit_gave_it(tmp_path, rng
     applied = pq.read_table(tmp_path / "applied.parquet").column("clip_neighbours").to_numpy()
     assert np.isfinite(applied).all() and np.std(fitted) > 0
     np.testing.assert_allclose(applied, fitted, atol=0.01 * np.std(fitted))
+    _, weight_a, weight_b = load_fit(tmp_path / "fit").arrays["neighbours.shape"]
+    assert weight_a > 0 and bool(weight_b == 0) == bool(labelled)
 
 
 def test_shards_beyond_the_sample_get_the_term_from_the_fitted_pairs(tmp_path, rng):

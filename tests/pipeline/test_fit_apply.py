@@ -240,7 +240,8 @@ def test_applied_pairs_are_cut_where_the_sample_set_the_recall_bands(by_estimate
                       "txt": pa.array(list(text), pa.list_(pa.float32()))})
     write_shards(table, tmp_path / "in", 3)
     # the thresholds flag more than this sample's noise estimate can be: by default the queue is
-    # cut back to the estimate, by the thresholds the bands widen it; applied pairs follow either
+    # cut back to its interval's lower end, by the thresholds the bands widen it; applied pairs
+    # follow either
     score(tmp_path / "in", tmp_path / "out", "clip", PARAMS["clip"], columns=COLUMNS, seed=1,
           cache_dir=False, cut=replace(DEFAULT_CUT, queue_by_estimate=by_estimate),
           scale=ScaleOptions(fit_sample=200, save_fit=tmp_path / "fit"))
