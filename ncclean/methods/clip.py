@@ -323,11 +323,7 @@ class Clip(Method):
             space = near.with_neighbours(undiscounted, neighbours)
             if caption_discount is not None:
                 space = spaces.discounted(space, caption_discount)
-            report["neighbours"] = {
-                "k": neighbours.hood.k, "weights": [round(w, 4) for w in neighbours.hood.weights],
-                "sides": " and ".join(side for side, weight in zip("ab", neighbours.hood.weights)
-                                      if weight > 0) or "none",
-                "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
+            report["neighbours"] = neighbours.describe(read=read is not None)
         null: NullEstimate | None = None if space is None else read_null(space)
         if cross_fits and null is not None:  # every pair scored by a fit that did not see it
             similarity = np.empty(features.n_pairs)

@@ -141,6 +141,14 @@ class FittedNeighbours:
     def pair_term(self) -> np.ndarray:
         return self.hood.term(*self.pairs)
 
+    def describe(self, read: bool) -> dict:
+        """The run record's account: the count, the weights, the sides weighed, and whether the
+        weights were ``read`` against shuffled pairs or follow the cosines' spread."""
+        weights = self.hood.weights
+        return {"k": self.hood.k, "weights": [round(w, 4) for w in weights],
+                "sides": " and ".join(side for side, w in zip("ab", weights) if w > 0) or "none",
+                "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
+
 
 def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
                    text_group: np.ndarray, cosine: np.ndarray, *, k: int = K,
