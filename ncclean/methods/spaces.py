@@ -36,8 +36,8 @@ def cca_space(raw: Embeddings, features: Features, dims: int, ridge: float) -> S
     fitted: dict[tuple | None, Cosine | None] = {}  # the null is read twice on the same folds
 
     def space(fit: np.ndarray | None) -> Cosine | None:
-        key = None if fit is None else (np.asarray(fit).dtype.str, np.shape(fit),
-                                        np.asarray(fit).tobytes())
+        rows = None if fit is None else np.asarray(fit)
+        key = None if rows is None else (rows.dtype.str, rows.shape, rows.tobytes())
         if key not in fitted:
             fitted[key] = fit_space(fit)
         return fitted[key]
