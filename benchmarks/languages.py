@@ -28,8 +28,9 @@ seed and their mean, and caption-only diagnostics against the English captions o
 pairs: the mean cosine of a caption with its English original after a least-squares map fitted
 on the other half (``map_cos``), and retrieval of the English original among the other half's
 (``to_en_r1``). ``--clipart`` runs the variants on an embedded noisy clip-art file instead;
-``--mixed`` on one corpus whose rows' captions are spread over the languages, raw and with each
-language's (or script's) mean caption vector removed. ``--kana`` adds ``ja-kana``: the Japanese
+``--mixed`` on one corpus whose rows' captions are spread over the languages, as ``clip`` ranks
+it by default (each writing system's captions centred), with ``centre_scripts=none``, and with
+each language's mean caption vector removed beforehand. ``--kana`` adds ``ja-kana``: the Japanese
 files with every kanji word written in hiragana (``pykakasi``, installed with ``pip install
 --target`` and put on ``PYTHONPATH``; katakana and the rest as written), as children's material
 writes Japanese, scored with the same images and noise as ``ja``; ``--vocalised`` adds
@@ -186,10 +187,10 @@ def noisy_tables(clean: Path, prefix: str, langs: list[str], ratio: float, seed:
 
 
 def auroc(table: pa.Table, captions: list[str], images: np.ndarray, texts: np.ndarray,
-          work: Path) -> float:
-    """``clip``'s AUROC on these vectors (the default method and cut) against ``noisy_gt``;
-    ``captions`` (``(n,)``, the texts the vectors encode) are what ``clip`` groups repeated
-    captions by."""
+          work: Path, params: dict | None = None) -> float:
+    """``clip``'s AUROC on these vectors (the default method and cut, or ``params``) against
+    ``noisy_gt``; ``captions`` (``(n,)``, the texts the vectors encode) are what ``clip`` groups
+    repeated captions by and reads the writing systems from."""
     vectors = work / "vectors.parquet"
     keep = table.select(["id", "noisy_gt"]).append_column("caption", pa.array(captions))
     keep = keep.append_column("image_emb", pa.array(list(images), pa.list_(pa.float32())))
@@ -197,7 +198,8 @@ def auroc(table: pa.Table, captions: list[str], images: np.ndarray, texts: np.nd
     pq.write_table(keep, vectors)
     summary = api.score(vectors, work / "scored.parquet", "clip", seed=0, cache_dir=False,
                         significance="off", pseudo_captions=False,
-                        image_emb_col="image_emb", text_emb_col="text_emb", overwrite=True)
+                        image_emb_col="image_emb", text_emb_col="text_emb", overwrite=True,
+                        params=params or {})
     return round(float(summary.detection["auroc"]), 4)
 
 
@@ -215,20 +217,6 @@ def clipart(embedded: Path, variants: list[str], work: Path) -> None:
                           "auroc": auroc(table, captions, images, texts, work)}), flush=True)
 
 
-def script(text: str) -> str:
-    """The Unicode script of a caption's first letter: ``LATIN``, ``CJK`` (Han and kana),
-    ``CYRILLIC``, ``ARABIC`` or ``OTHER``: a language group found without a label."""
-    import unicodedata
-
-    for char in text:
-        name = unicodedata.name(char, "")
-        for prefix, group in (("CJK", "CJK"), ("HIRAGANA", "CJK"), ("KATAKANA", "CJK"),
-                              ("CYRILLIC", "CYRILLIC"), ("ARABIC", "ARABIC"), ("LATIN", "LATIN")):
-            if name.startswith(prefix):
-                return group
-    return "OTHER"
-
-
 def centred(vectors: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """The vectors with each group's mean replaced by the overall mean."""
     out = vectors.copy()
@@ -241,22 +229,25 @@ def mixed(clean: dict, noisy: dict, by_image: dict, variants: list[str], prefix:
           work: Path) -> None:
     """One corpus in all the languages at once: row ``k``'s caption in language
     ``langs[order[k] % len(langs)]`` (``order`` a permutation drawn with seed 0), scored raw,
-    centred per language (the label known) and centred per script (found from the text)."""
+    as ``clip`` does by default (each writing system's caption vectors centred), without that
+    (``centre_scripts=none``), and centred per language beforehand (the label known)."""
     langs = [lang for lang in clean if "-" not in lang]
     pick = np.random.default_rng(0).permutation(len(clean[langs[0]])) % len(langs)
     captions = [clean[langs[p]]["caption"][k].as_py() for k, p in enumerate(pick)]
-    groups = np.array([script(c) for c in captions])
     for variant in variants:
         vectors = {lang: caption_vectors(clean[lang]["caption"].to_pylist(), variant, work,
                                          f"{prefix}-{lang}-caption") for lang in langs}
         texts = np.stack([vectors[langs[p]][k] for k, p in enumerate(pick)])
-        for arm, arm_texts in (("raw", texts), ("centred per language", centred(texts, pick)),
-                               ("centred per script", centred(texts, groups))):
+        for arm, arm_texts, params in (
+                ("default (centred per writing system)", texts, {}),
+                ("centre_scripts=none", texts, {"centre_scripts": "none"}),
+                ("centred per language", centred(texts, pick), {})):
             scores = []
             for tables in noisy.values():
                 table = tables[langs[0]]
                 images = np.stack([by_image[b] for b in table["image"].to_pylist()])
-                scores.append(auroc(table, captions, images, arm_texts.astype(np.float32), work))
+                scores.append(auroc(table, captions, images, arm_texts.astype(np.float32), work,
+                                    params))
             print(json.dumps({"corpus": f"{prefix} mixed", "variant": variant, "arm": arm,
                               "languages": langs, "auroc": scores,
                               "auroc_mean": round(float(np.mean(scores)), 4)}), flush=True)

@@ -245,7 +245,9 @@ class MethodResult:
     ``clean_prob`` (SDD); ``significance`` the significance mode the method asks for when the
     user chose none; ``alignment`` the CCA the method fitted on the pairs (``clip``), which a
     saved fit keeps for the pairs it applies to, and ``neighbourhood`` the fitted pairs whose
-    agreement ``clip`` adds to its cosine (:mod:`ncclean.methods.neighbours`), kept the same way.
+    agreement ``clip`` adds to its cosine (:mod:`ncclean.methods.neighbours`), kept the same way,
+    as is ``scripts``, the shift of each writing system's caption vectors before the CCA
+    (:mod:`ncclean.methods.scripts`).
     """
 
     clean_prob: np.ndarray
@@ -260,6 +262,7 @@ class MethodResult:
     significance: str | None = None
     alignment: Any = None
     neighbourhood: Any = None
+    scripts: Any = None
 
     @property
     def noise_ci95(self) -> list[float] | None:

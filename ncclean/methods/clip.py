@@ -79,6 +79,7 @@ from ncclean.methods.conventions import (
 )
 from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.methods.null_rate import NullEstimate, null_noise_rate
+from ncclean.methods.scripts import MIN_PAIRS, ScriptCentring, fit_centring
 from ncclean.methods.unit import raw_embeddings
 from ncclean.models.features import Features
 from ncclean.models.registry import raw_source
@@ -115,6 +116,9 @@ class ClipSimilarity(Application):
         arrays: dict[str, np.ndarray] = {}
         meta: dict = {"signal": "clip_sim", "space": "raw" if result.matcher is None else
                       "matcher"}
+        if result.scripts is not None:  # the caption vectors' shifts, before the CCA
+            arrays.update(result.scripts.arrays())
+            meta["scripts"] = result.scripts.describe()
         if result.alignment is not None:  # the CCA clip fitted, kept for the applied pairs
             for name in ("image_mean", "text_mean", "image_projection", "text_projection"):
                 arrays[f"align.{name}"] = np.asarray(getattr(result.alignment, name))
@@ -138,7 +142,7 @@ class ClipSimilarity(Application):
     def embeddings(self, arrays, matcher, features, device: str) -> Embeddings:
         if matcher is not None:
             return embed(matcher, features, device, dtype=np.float32)
-        raw = raw_embeddings(features)
+        raw = raw_embeddings(_centred(arrays, features))
         if "align.image_mean" not in arrays:
             return raw
         alignment = Alignment(arrays["align.image_mean"], arrays["align.text_mean"],
@@ -160,6 +164,7 @@ class ClipSimilarity(Application):
             columns["clip_convention"][new] = discount
             signal -= discount
         if (hood := near.Neighbourhood.from_arrays(arrays)) is not None:
+            features = _centred(arrays, features)
             term = hood.score_new(features.image_data, features.text_data, features.image_group,
                                   features.text_group)
             columns["clip_neighbours"][new] = term
@@ -194,6 +199,8 @@ class Clip(Method):
         "(benchmarks/results/rules.md). A fit of at most 20,000 pairs adds the neighbours' "
         "agreement to the cosine, in a corpus of conventions its image side alone "
         "(benchmarks/results/neighbours.md).",
+        "Before the CCA, each writing system's caption vectors are shifted to the corpus's mean "
+        "where two or more systems carry enough pairs (benchmarks/results/languages.md).",
     )
 
     keep_fraction: float | None = param(
@@ -231,6 +238,11 @@ class Clip(Method):
         f"shuffled ones (a linear discriminant); {near.WEIGHT} where it has no null of shuffled "
         "pairs or its cosine does not part them",
         help="each side of the neighbours' agreement has half this times the cosines' spread")
+    centre_scripts: Literal["auto", "none"] = param(
+        "auto", help="with a CCA: shift each writing system's caption vectors (Latin, "
+        "Cyrillic, CJK, Arabic, ...) to the corpus's mean, so that languages mixed in one corpus "
+        f"share one space (auto: where two or more systems have {MIN_PAIRS}+ pairs each), or "
+        "leave them (none)")
     posterior: Literal["auto", "mixture"] = param(
         "auto", help="clean_prob against shuffled pairs where they are a null (auto), or always "
         "from a two-component mixture")
@@ -250,7 +262,7 @@ class Clip(Method):
 
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
-        matcher = alignment = space = raw = moments = None
+        matcher = alignment = space = raw = moments = centring = None
         pretrained = context.initial is not None or (config is not None
                                                      and config.starts_pretrained)
         if self.conventions in ("discount", "repeated") and not (
@@ -265,6 +277,10 @@ class Clip(Method):
             if context.initial is None:  # a pretrained CLIP: not fitted on this corpus
                 space = spaces.fixed_space(embeddings)
         elif (source := raw_source(config)) is not None:
+            if self.centre_scripts == "auto" and self._fits_cca(features):
+                centring = fit_centring(features)
+            if centring is not None:
+                features = centring.apply(features)
             raw = raw_embeddings(features)
             shape = CorpusShape.of(features.image_group, features.text_group, _width(features))
             embeddings, alignment, moments = self._aligned(raw, features, shape)
@@ -284,6 +300,8 @@ class Clip(Method):
                                                          self.batch_size, self.lr)
         similarity = embeddings.pair_similarity(features)
         report: dict = {"embeddings": source}
+        if centring is not None:
+            report["scripts"] = centring.describe()
         neighbours = term = None
         if alignment is not None:
             report["alignment"] = alignment.describe()
@@ -360,7 +378,8 @@ class Clip(Method):
         return MethodResult(clean_prob=clean_prob, columns=columns,
                             matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
                             noise_interval=interval, report=report, alignment=alignment,
-                            neighbourhood=None if neighbours is None else neighbours.hood)
+                            neighbourhood=None if neighbours is None else neighbours.hood,
+                            scripts=centring)
 
     def _unaligned(self, features: Features, source: str, reason: str) -> MethodResult:
         """The result where the vectors need a CCA that the pairs cannot give (``reason``, the
@@ -436,3 +455,9 @@ class Clip(Method):
 def _width(features: Features) -> int:
     """The image and caption vectors' summed width."""
     return features.image_data.shape[1] + features.text_data.shape[1]
+
+
+def _centred(arrays: dict, features: Features) -> Features:
+    """``features`` with their caption vectors centred as the fit's were, if they were."""
+    centring = ScriptCentring.from_arrays(arrays)
+    return features if centring is None else centring.apply(features)

@@ -17,6 +17,7 @@ import torch
 
 from ncclean.data.corpus import Corpus
 from ncclean.data.images import DEFAULT_MAX_PIXELS
+from ncclean.data.scripts import writing_systems
 from ncclean.models.matcher import MatcherConfig
 from ncclean.models.tables import first_rows
 from ncclean.progress import Progress, no_progress
@@ -57,7 +58,8 @@ class Features:
     - ``image_data``: ``(n_images, S, S, 3) uint8`` pixels or ``(n_images, d)`` float vectors
       (float16 when the input column is);
     - ``text_data``: ``(n_texts, L) int64`` token ids (with ``text_lengths``, ``(n_texts,)``) or
-      ``(n_texts, d)`` float vectors.
+      ``(n_texts, d)`` float vectors, then with ``text_script``, ``(n_texts,) int8``: each
+      caption's writing system (:func:`ncclean.data.scripts.writing_systems`), where known.
     """
 
     rows: np.ndarray
@@ -66,6 +68,7 @@ class Features:
     image_data: np.ndarray
     text_data: np.ndarray
     text_lengths: np.ndarray | None = None
+    text_script: np.ndarray | None = None
 
     @property
     def n_pairs(self) -> int:
@@ -132,8 +135,11 @@ def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | N
                              progress=progress)
     valid = np.flatnonzero(corpus.valid)
     text_group = corpus.text_group
-    text_data, lengths = text.table(corpus, first_rows(text_group), cache_dir=cache_dir,
-                                    device=device, progress=progress)
+    firsts = first_rows(text_group)
+    text_data, lengths = text.table(corpus, firsts, cache_dir=cache_dir, device=device,
+                                    progress=progress)
+    script = None if lengths is not None else writing_systems([corpus.captions[r]
+                                                              for r in firsts])
     return Features(rows=valid, image_group=corpus.image_group[valid],
                     text_group=text_group[valid], image_data=image_data, text_data=text_data,
-                    text_lengths=lengths)
+                    text_lengths=lengths, text_script=script)
