@@ -30,7 +30,8 @@ on the other half (``map_cos``), and retrieval of the English original among the
 (``to_en_r1``). ``--clipart`` runs the variants on an embedded noisy clip-art file instead;
 ``--mixed`` on one corpus whose rows' captions are spread over the languages, as ``clip`` ranks
 it by default (each writing system's captions centred), with ``centre_scripts=none``, and with
-each language's mean caption vector removed beforehand. ``--kana`` adds ``ja-kana``: the Japanese
+each language's mean caption vector removed beforehand (``--minority LANG SHARE``: the first
+language's corpus with a share of its rows in ``LANG``). ``--kana`` adds ``ja-kana``: the Japanese
 files with every kanji word written in hiragana (``pykakasi``, installed with ``pip install
 --target`` and put on ``PYTHONPATH``; katakana and the rest as written), as children's material
 writes Japanese, scored with the same images and noise as ``ja``; ``--vocalised`` adds
@@ -226,13 +227,21 @@ def centred(vectors: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 
 def mixed(clean: dict, noisy: dict, by_image: dict, variants: list[str], prefix: str,
-          work: Path) -> None:
+          work: Path, minority: tuple[str, float] | None = None) -> None:
     """One corpus in all the languages at once: row ``k``'s caption in language
-    ``langs[order[k] % len(langs)]`` (``order`` a permutation drawn with seed 0), scored raw,
-    as ``clip`` does by default (each writing system's caption vectors centred), without that
-    (``centre_scripts=none``), and centred per language beforehand (the label known)."""
+    ``langs[order[k] % len(langs)]`` (``order`` a permutation drawn with seed 0), or, with
+    ``minority`` ``(lang, share)``, in the first language but for a ``share`` of the rows (drawn
+    with seed 0) in ``lang``; scored as ``clip`` does by default (each writing system's caption
+    vectors centred), without that (``centre_scripts=none``), and centred per language
+    beforehand (the label known)."""
     langs = [lang for lang in clean if "-" not in lang]
-    pick = np.random.default_rng(0).permutation(len(clean[langs[0]])) % len(langs)
+    n = len(clean[langs[0]])
+    if minority is None:
+        pick = np.random.default_rng(0).permutation(n) % len(langs)
+    else:
+        langs = [langs[0], minority[0]]
+        pick = (np.random.default_rng(0).random(n) < minority[1]).astype(np.int64)
+        prefix = f"{prefix} {langs[0]} + {pick.sum()} {langs[1]}"
     captions = [clean[langs[p]]["caption"][k].as_py() for k, p in enumerate(pick)]
     for variant in variants:
         vectors = {lang: caption_vectors(clean[lang]["caption"].to_pylist(), variant, work,
@@ -273,6 +282,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="also score the Arabic files with their vowels marked (ar-vowels)")
     parser.add_argument("--mixed", action="store_true",
                         help="instead: one corpus with each row's caption in one of the languages")
+    parser.add_argument("--minority", nargs=2, metavar=("LANG", "SHARE"), default=None,
+                        help="with --mixed: the first language's corpus with SHARE of its rows "
+                             "in LANG")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="ncclean-lang-"))
@@ -298,7 +310,9 @@ def main(argv: list[str] | None = None) -> None:
     noisy = {seed: noisy_tables(args.clean, args.prefix, args.langs, args.ratio, seed, work)
              for seed in args.seeds}
     if args.mixed:
-        return mixed(clean, noisy, by_image, args.variants, args.prefix, work)
+        minority = None if args.minority is None else (args.minority[0],
+                                                       float(args.minority[1]))
+        return mixed(clean, noisy, by_image, args.variants, args.prefix, work, minority)
     for form in args.forms:
         for variant in args.variants:
             english = caption_vectors(clean["en"][form].to_pylist(), variant, work,
