@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,9 +168,7 @@ def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
     subset = features.subset(arm.pairs)
     if arm.text_group is not None:  # -1: the pair keeps its own caption
         swapped = np.where(arm.text_group >= 0, arm.text_group, subset.text_group)
-        subset = Features(rows=subset.rows, image_group=subset.image_group,
-                          text_group=swapped, image_data=subset.image_data,
-                          text_data=subset.text_data, text_lengths=subset.text_lengths)
+        subset = replace(subset, text_group=swapped)
     matcher = build_matcher(matcher_config, seed=derive_seed(seed, "retrain-matcher"))
     objective = Plain(subset, arm.weights, config, device, test)
     epochs = math.ceil(config.steps / objective.per_epoch)

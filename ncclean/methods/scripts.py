@@ -34,6 +34,8 @@ class ScriptCentring:
     def apply(self, features):
         """``features`` with every caption vector of a centred system shifted (a copy of the
         caption table; the pairs and the image table shared)."""
+        if features.text_script is None:
+            raise ValueError("these features do not say their captions' writing systems")
         texts = np.array(features.text_data, dtype=np.float32)
         for code, shift in zip(self.codes, self.shifts, strict=True):
             texts[features.text_script == code] += shift

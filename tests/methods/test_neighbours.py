@@ -144,6 +144,29 @@ def with_ids(path):
     return path
 
 
+def as_new_pairs(path, out):
+    """``path``'s pairs under new ids, so that a fit made on them scores every one as new (a
+    fitted pair applied again under its own id takes the fit's own result)."""
+    table = pq.read_table(path)
+    ids = [[f"new{k}" for k in range(table.num_rows)]]
+    pq.write_table(table.set_column(table.column_names.index("id"), "id", ids), out)
+    return out
+
+
+def assert_applied_as_fitted(fitted, applied, column):
+    """A new pair's ``column`` is the fitted pair's: the cosine to float precision; the
+    neighbours' term for all but a few pairs, whose nearest entries change order when the saved
+    fit's float16 tables round a near tie."""
+    fitted = pq.read_table(fitted).column(column).to_numpy()
+    applied = pq.read_table(applied).column(column).to_numpy()
+    assert np.isfinite(applied).all() and np.std(fitted) > 0
+    gap = np.abs(applied - fitted) / np.std(fitted)
+    if column == "clip_sim":
+        assert gap.max() < 1e-4, gap.max()
+    else:
+        assert np.mean(gap < 0.01) >= 0.98 and gap.max() < 0.25, (np.mean(gap < 0.01), gap.max())
+
+
 @pytest.mark.parametrize("labelled", [0, 120])  # a corpus of names; one of conventions: a alone
 def test_a_fitted_pair_applied_again_gets_the_term_its_fit_gave_it(tmp_path, rng, labelled):
     wide_corpus(tmp_path / "in.parquet", rng, n=400, noisy=120, labelled=labelled)
@@ -151,12 +174,12 @@ def test_a_fitted_pair_applied_again_gets_the_term_its_fit_gave_it(tmp_path, rng
     run = dict(method="clip", columns=COLUMNS, seed=1, cache_dir=False)
     api.score(tmp_path / "in.parquet", tmp_path / "fitted.parquet",
               scale=ScaleOptions(save_fit=tmp_path / "fit"), **run)
-    api.score(tmp_path / "in.parquet", tmp_path / "applied.parquet",
-              scale=ScaleOptions(fit=tmp_path / "fit"), **run)
-    fitted = pq.read_table(tmp_path / "fitted.parquet").column("clip_neighbours").to_numpy()
-    applied = pq.read_table(tmp_path / "applied.parquet").column("clip_neighbours").to_numpy()
-    assert np.isfinite(applied).all() and np.std(fitted) > 0
-    np.testing.assert_allclose(applied, fitted, atol=0.01 * np.std(fitted))
+    api.score(as_new_pairs(tmp_path / "in.parquet", tmp_path / "new.parquet"),
+              tmp_path / "applied.parquet", scale=ScaleOptions(fit=tmp_path / "fit"), **run)
+    # a small corpus of conventions ranks its own pairs cross-fitted: only the term compares
+    for column in ("clip_neighbours",) if labelled else ("clip_sim", "clip_neighbours"):
+        assert_applied_as_fitted(tmp_path / "fitted.parquet", tmp_path / "applied.parquet",
+                                 column)
     _, weight_a, weight_b = load_fit(tmp_path / "fit").arrays["neighbours.shape"]
     assert weight_a > 0 and bool(weight_b == 0) == bool(labelled)
 

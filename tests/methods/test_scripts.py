@@ -16,6 +16,7 @@ from ncclean.models.features import Features
 from ncclean.options import ScaleOptions
 from ncclean.pipeline.fit import load_fit
 from tests.helpers import write_parquet
+from tests.methods.test_neighbours import as_new_pairs, assert_applied_as_fitted
 
 COLUMNS = Columns(image_emb="img", text_emb="txt")
 LATIN, CYRILLIC, OTHER = NAMES.index("latin"), NAMES.index("cyrillic"), NAMES.index("other")
@@ -82,13 +83,11 @@ def test_clip_centres_a_corpus_in_two_scripts_and_a_saved_fit_applies_the_same_s
               scale=ScaleOptions(save_fit=tmp_path / "fit"), **run)
     assert load_fit(tmp_path / "fit").meta["scripts"]["centred"] == {"latin": 200,
                                                                       "cyrillic": 200}
-    api.score(tmp_path / "in.parquet", tmp_path / "applied.parquet",
-              scale=ScaleOptions(fit=tmp_path / "fit"), **run)
+    api.score(as_new_pairs(tmp_path / "in.parquet", tmp_path / "new.parquet"),
+              tmp_path / "applied.parquet", scale=ScaleOptions(fit=tmp_path / "fit"), **run)
     for column in ("clip_sim", "clip_neighbours"):
-        fitted = pq.read_table(tmp_path / "fitted.parquet").column(column).to_numpy()
-        applied = pq.read_table(tmp_path / "applied.parquet").column(column).to_numpy()
-        assert np.std(fitted) > 0
-        np.testing.assert_allclose(applied, fitted, atol=0.01 * np.std(fitted))
+        assert_applied_as_fitted(tmp_path / "fitted.parquet", tmp_path / "applied.parquet",
+                                 column)
 
 
 def test_centring_ranks_a_corpus_of_two_languages_better(tmp_path, rng):
