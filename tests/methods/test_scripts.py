@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -117,3 +118,26 @@ def test_a_corpus_in_one_script_scores_as_without_centring(tmp_path, rng):
     assert "scripts" not in json.loads(Path(f"{tmp_path / 'auto.parquet'}.json").read_text())[
         "report"]
     assert pq.read_table(tmp_path / "auto.parquet").equals(pq.read_table(tmp_path / "none.parquet"))
+
+
+def test_a_corpus_in_two_scripts_scored_shard_by_shard_is_centred_and_ranked_better(
+        tmp_path, rng):
+    from ncclean.evaluate.detection import detection_metrics
+    from tests.pipeline.corpora import write_shards
+
+    two_languages(tmp_path / "in.parquet", rng)
+    write_shards(pq.read_table(tmp_path / "in.parquet"), tmp_path / "in", 3)
+    truth = np.arange(400) < 120
+    auroc, records = {}, {}
+    for centre in ("auto", "none"):
+        api.score(tmp_path / "in", tmp_path / centre, method="clip", columns=COLUMNS, seed=1,
+                  cache_dir=False, params={"centre_scripts": centre},
+                  scale=ScaleOptions(fit_sample=200))
+        table = pa.concat_tables(pq.read_table(p) for p in sorted((tmp_path / centre).glob(
+            "*.parquet")))
+        assert table["id"].to_pylist() == [f"p{i}" for i in range(400)]
+        auroc[centre] = detection_metrics(truth, table["clean_prob"].to_numpy()).auroc
+        records[centre] = json.loads((tmp_path / centre / "ncclean.json").read_text())["fit"]
+    assert "scripts" not in records["none"]
+    assert set(records["auto"]["scripts"]["centred"]) == {"latin", "cyrillic"}
+    assert auroc["auto"] > auroc["none"] + 0.02, auroc
