@@ -20,6 +20,7 @@ from ncclean.data.scripts import NAMES, OTHER
 
 #: Pairs a writing system needs before its captions get a mean of their own.
 MIN_PAIRS = 20
+_BLOCK = 16_384
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,14 @@ class ScriptCentring:
         caption table; the pairs and the image table shared)."""
         if features.text_script is None:
             raise ValueError("these features do not say their captions' writing systems")
-        texts = np.array(features.text_data, dtype=np.float32)
-        for code, shift in zip(self.codes, self.shifts, strict=True):
-            texts[features.text_script == code] += shift
-        return replace(features, text_data=texts.astype(features.text_data.dtype, copy=False))
+        by_code = np.zeros((len(NAMES), self.shifts.shape[1]), np.float32)
+        by_code[self.codes] = self.shifts
+        texts = np.empty_like(features.text_data)
+        for start in range(0, len(texts), _BLOCK):
+            rows = slice(start, start + _BLOCK)
+            np.add(features.text_data[rows], by_code[features.text_script[rows]],
+                   out=texts[rows], casting="unsafe")  # float16 vectors stay float16
+        return replace(features, text_data=texts)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What a saved fit keeps to centre new pairs (:meth:`from_arrays`)."""
@@ -71,10 +76,13 @@ def fit_centring(features) -> ScriptCentring | None:
     kept = (codes != OTHER) & (counts >= MIN_PAIRS)
     if kept.sum() < 2:
         return None
-    sums = {int(code): pairs[script == code].astype(np.float64)
-            @ np.asarray(features.text_data[script == code], np.float64) for code in codes}
-    mean = sum(sums.values()) / features.n_pairs
-    shifts = np.stack([mean - sums[int(code)] / count
-                       for code, count in zip(codes[kept], counts[kept], strict=True)])
+    sums = np.zeros((len(codes), features.text_data.shape[1]))
+    for start in range(0, len(script), _BLOCK):  # a block of entries at a time in float64
+        rows = slice(start, start + _BLOCK)
+        block, weights = np.asarray(features.text_data[rows], np.float64), pairs[rows]
+        for k, code in enumerate(codes):
+            sums[k] += weights[script[rows] == code] @ block[script[rows] == code]
+    mean = sums.sum(axis=0) / features.n_pairs
+    shifts = mean - sums[kept] / counts[kept, None]
     return ScriptCentring(codes[kept].astype(np.int8), shifts.astype(np.float32),
                           tuple(int(c) for c in counts[kept]))
