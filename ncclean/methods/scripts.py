@@ -48,14 +48,16 @@ class ScriptCentring:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What a saved fit keeps to centre new pairs (:meth:`from_arrays`)."""
-        return {"scripts.codes": self.codes, "scripts.shifts": self.shifts}
+        return {"scripts.codes": self.codes, "scripts.shifts": self.shifts,
+                "scripts.pairs": np.asarray(self.pairs, np.int64)}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> ScriptCentring | None:
         if "scripts.codes" not in arrays:
             return None
         return cls(np.asarray(arrays["scripts.codes"], np.int8),
-                   np.asarray(arrays["scripts.shifts"], np.float32))
+                   np.asarray(arrays["scripts.shifts"], np.float32),
+                   tuple(int(p) for p in arrays["scripts.pairs"]))
 
     def describe(self) -> dict:
         """For the run record: the systems centred, with their pairs."""
@@ -80,8 +82,9 @@ def fit_centring(features) -> ScriptCentring | None:
     for start in range(0, len(script), _BLOCK):  # a block of entries at a time in float64
         rows = slice(start, start + _BLOCK)
         block, weights = np.asarray(features.text_data[rows], np.float64), pairs[rows]
-        for k, code in enumerate(codes):
-            sums[k] += weights[script[rows] == code] @ block[script[rows] == code]
+        for k, code in enumerate(codes):  # entries in no pair left out (theirs may be NaN)
+            used = (script[rows] == code) & (weights > 0)
+            sums[k] += weights[used] @ block[used]
     mean = sums.sum(axis=0) / features.n_pairs
     shifts = mean - sums[kept] / counts[kept, None]
     return ScriptCentring(codes[kept].astype(np.int8), shifts.astype(np.float32),

@@ -135,7 +135,8 @@ def build_features(corpus: Corpus, config: MatcherConfig, *, cache_dir: Path | N
                              progress=progress)
     valid = np.flatnonzero(corpus.valid)
     text_group = corpus.text_group
-    firsts = first_rows(text_group)
+    # a caption's vector is read from its first usable row: an unusable one may lack it
+    firsts = first_rows(text_group, prefer=corpus.valid)
     text_data, lengths = text.table(corpus, firsts, cache_dir=cache_dir, device=device,
                                     progress=progress)
     script = None if lengths is not None else writing_systems([corpus.captions[r]

@@ -14,9 +14,13 @@ def build_vocabulary(captions: list[str], min_freq: int = 2) -> Vocabulary:
     return Vocabulary.build((tokenize(c) for c in captions), min_freq=min_freq)
 
 
-def first_rows(groups: np.ndarray) -> np.ndarray:
-    """The first row of every group, in group order."""
-    return np.unique(groups, return_index=True)[1]
+def first_rows(groups: np.ndarray, prefer: np.ndarray | None = None) -> np.ndarray:
+    """The first row of every group, in group order; with ``prefer`` (a mask), the first row of
+    each group where it holds, where one does."""
+    if prefer is None:
+        return np.unique(groups, return_index=True)[1]
+    order = np.lexsort((~prefer, groups))  # stable: by group, preferred rows first, in order
+    return order[np.unique(groups[order], return_index=True)[1]]
 
 
 def rows_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:

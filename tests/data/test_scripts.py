@@ -14,7 +14,10 @@ from ncclean.data.scripts import NAMES, writing_systems
     ("תפוח אדום", "hebrew"), ("빨간 사과", "hangul"), ("红苹果", "cjk"), ("赤いリンゴ", "cjk"),
     ("弓兵", "cjk"),  # a Japanese name in kanji alone is CJK with the rest of its corpus
     ("CD プレーヤー", "cjk"),  # most letters decide
-    ("an apple: яблоко", "latin"), ("123 !!", "other"), ("", "other"), (None, "other"),
+    ("an apple: яблоко", "latin"), ("लाल सेब", "devanagari"), ("แอปเปิ้ลแดง", "thai"),
+    ("წითელი ვაშლი", "georgian"), ("ｆｕｌｌ ｗｉｄｔｈ", "latin"), ("𠀀𠀁", "cjk"),
+    ("ᏣᎳᎩ", "other"),  # Cherokee: letters of a script not listed
+    ("123 !!", "other"), ("", "other"), (None, "other"),
 ])
 def test_a_caption_is_written_in_the_system_most_of_its_letters_are(caption, system):
     assert NAMES[writing_systems(pa.array([caption, "filler"], pa.string()))[0]] == system

@@ -12,7 +12,7 @@ import pytest
 from ncclean import api
 from ncclean.data.schema import Columns
 from ncclean.data.scripts import NAMES
-from ncclean.methods.scripts import MIN_PAIRS, fit_centring
+from ncclean.methods.scripts import MIN_PAIRS, ScriptCentring, fit_centring
 from ncclean.models.features import Features
 from ncclean.options import ScaleOptions
 from ncclean.pipeline.fit import load_fit
@@ -82,8 +82,9 @@ def test_clip_centres_a_corpus_in_two_scripts_and_a_saved_fit_applies_the_same_s
     run = dict(method="clip", columns=COLUMNS, seed=1, cache_dir=False)
     api.score(tmp_path / "in.parquet", tmp_path / "fitted.parquet",
               scale=ScaleOptions(save_fit=tmp_path / "fit"), **run)
-    assert load_fit(tmp_path / "fit").meta["scripts"]["centred"] == {"latin": 200,
-                                                                      "cyrillic": 200}
+    fit = load_fit(tmp_path / "fit")
+    assert fit.meta["scripts"]["centred"] == {"latin": 200, "cyrillic": 200}
+    assert ScriptCentring.from_arrays(fit.arrays).describe() == fit.meta["scripts"]
     api.score(as_new_pairs(tmp_path / "in.parquet", tmp_path / "new.parquet"),
               tmp_path / "applied.parquet", scale=ScaleOptions(fit=tmp_path / "fit"), **run)
     for column in ("clip_sim", "clip_neighbours"):
@@ -120,8 +121,7 @@ def test_a_corpus_in_one_script_scores_as_without_centring(tmp_path, rng):
     assert pq.read_table(tmp_path / "auto.parquet").equals(pq.read_table(tmp_path / "none.parquet"))
 
 
-def test_a_corpus_in_two_scripts_scored_shard_by_shard_is_centred_and_ranked_better(
-        tmp_path, rng):
+def test_a_corpus_in_two_scripts_scored_shard_by_shard_is_centred_as_its_sample(tmp_path, rng):
     from ncclean.evaluate.detection import detection_metrics
     from tests.pipeline.corpora import write_shards
 
@@ -132,7 +132,7 @@ def test_a_corpus_in_two_scripts_scored_shard_by_shard_is_centred_and_ranked_bet
     for centre in ("auto", "none"):
         api.score(tmp_path / "in", tmp_path / centre, method="clip", columns=COLUMNS, seed=1,
                   cache_dir=False, params={"centre_scripts": centre},
-                  scale=ScaleOptions(fit_sample=200))
+                  scale=ScaleOptions(fit_sample=200, save_fit=tmp_path / f"fit-{centre}"))
         table = pa.concat_tables(pq.read_table(p) for p in sorted((tmp_path / centre).glob(
             "*.parquet")))
         assert table["id"].to_pylist() == [f"p{i}" for i in range(400)]
@@ -141,3 +141,11 @@ def test_a_corpus_in_two_scripts_scored_shard_by_shard_is_centred_and_ranked_bet
     assert "scripts" not in records["none"]
     assert set(records["auto"]["scripts"]["centred"]) == {"latin", "cyrillic"}
     assert auroc["auto"] > auroc["none"] + 0.02, auroc
+    # the sample's pairs, fitted, and the same pairs scored anew by the fit agree
+    api.score(as_new_pairs(tmp_path / "in.parquet", tmp_path / "new.parquet"),
+              tmp_path / "applied.parquet", method="clip", columns=COLUMNS, seed=1,
+              cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit-auto"))
+    pq.write_table(pa.concat_tables(pq.read_table(p) for p in sorted(
+        (tmp_path / "auto").glob("*.parquet"))), tmp_path / "sharded.parquet")
+    assert_applied_as_fitted(tmp_path / "sharded.parquet", tmp_path / "applied.parquet",
+                             "clip_sim")
