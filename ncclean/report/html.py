@@ -7,7 +7,8 @@ suggested caption with its score, and where ``noisy_gt`` exists whether the pair
 mismatched). Each pair is labelled from the keyboard (the page's one script,
 :mod:`ncclean.report.labels`: kept in the browser, exported as the ``labels.csv``
 that ``ncclean audit --labels`` reads). Then the run (method, thresholds, counts, noise
-estimates); the distribution of ``clean_prob`` coloured by partition with the cut thresholds;
+estimates); the partitions' shares by writing system where the captions use several; the
+distribution of ``clean_prob`` coloured by partition with the cut thresholds;
 the method's per-pair loss with the fitted mixture (when the sidecar has one); against
 ``noisy_gt`` when present, the ROC curve and a partition-by-truth table.
 """
@@ -26,6 +27,7 @@ from PIL import Image
 from ncclean.data.images import RowProblem, load_image_bytes
 from ncclean.data.results import PARTITIONS
 from ncclean.data.scored import Scored, fetch_rows
+from ncclean.data.scripts import NAMES, OTHER, writing_systems
 from ncclean.report.noise import describe as describe_noise
 from ncclean.report.noise import noise_estimate
 from ncclean.report.svg import Chart
@@ -35,6 +37,8 @@ COLOURS = {"clean_significant": "#2a9d8f", "clean_insignificant": "#8ab17d",
 MAX_CAPTION = 300
 QUEUE = ("noisy", "vague", "clean_significant", "clean_insignificant", "invalid")
 IMAGE_BUDGET = 12_000_000  # bytes of inlined thumbnails, whatever the corpus size
+SYSTEM_SAMPLE = 20_000  # captions read for the table by writing system
+SYSTEM_PAIRS = 20  # sampled pairs a writing system needs to be shown
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -111,6 +115,9 @@ def html_report(scored: Scored, *, image_col: str = "image", caption_col: str = 
                      "score with --write all to see them.</p>")
     parts.append(_galleries(scored, image_col, caption_col, per_partition, thumb_size, seed))
     parts.append("<h2 id='run'>The run</h2>" + _run_table(side, counts, n, estimate))
+    systems = _by_writing_system(scored, caption_col, seed)
+    if systems:
+        parts.append("<h2>By writing system</h2>" + systems)
     parts.append("<h2>Clean probability by partition</h2>" + _probability_chart(scored, side))
     mixture = _mixture_chart(scored, side)
     if mixture:
@@ -141,6 +148,53 @@ def _run_table(side: dict, counts: dict[str, int], n: int, estimate) -> str:
         for name, count in counts.items())
     return (f"<table>{run}</table><h2>Partitions</h2><table><tr><th>partition</th><th>pairs</th>"
             f"<th>share</th></tr>{part}<tr><td>total</td><td>{n:,}</td><td>100%</td></tr></table>")
+
+
+def _by_writing_system(scored: Scored, caption_col: str, seed: int) -> str | None:
+    """Where the captions are written in two or more systems (:mod:`ncclean.data.scripts`) with
+    :data:`SYSTEM_PAIRS` valid pairs each, in a seeded sample of :data:`SYSTEM_SAMPLE`: each
+    one's shares of the partitions, so that a language the matcher reads worse shows."""
+    if scored.scores_only or caption_col not in scored.source.schema.names:
+        return None
+    valid = np.flatnonzero(scored.valid)
+    rows = valid if len(valid) <= SYSTEM_SAMPLE else np.sort(
+        np.random.default_rng([seed, 11]).choice(valid, SYSTEM_SAMPLE, replace=False))
+    captions = fetch_rows(scored.source, rows, [caption_col])
+    codes = writing_systems([captions[int(r)].get(caption_col) for r in rows])
+    found, sizes = np.unique(codes, return_counts=True)
+    shown = [code for code, size in zip(found, sizes, strict=True)
+             if code != OTHER and size >= SYSTEM_PAIRS]
+    if len(shown) < 2:
+        return None
+    partition = scored.partition[rows]
+    groups = (("clean", ("clean_significant", "clean_insignificant")), ("vague", ("vague",)),
+              ("noisy", ("noisy",)))
+    partition_codes = [[PARTITIONS.index(p) for p in names] for _, names in groups]
+    truth = None if scored.noisy_gt is None else scored.noisy_gt[rows]
+    head = "".join(f"<th>{name}</th>" for name, _ in groups) + (
+        "" if truth is None else "<th>truly noisy</th><th>AUROC</th>")
+    body = ""
+    for code in sorted(shown, key=lambda c: -int((codes == c).sum())):
+        mine = codes == code
+        cells = "".join(f"<td>{100 * np.isin(partition[mine], codes_of).mean():.1f}%</td>"
+                        for codes_of in partition_codes)
+        if truth is not None:
+            auroc = _auroc(truth[mine], scored.clean_prob[rows][mine])
+            cells += f"<td>{100 * truth[mine].mean():.1f}%</td><td>{auroc}</td>"
+        body += f"<tr><td>{NAMES[code]}</td><td>{int(mine.sum()):,}</td>{cells}</tr>"
+    sampled = f" (a seeded sample of {len(rows):,} valid pairs)" if len(rows) < len(valid) \
+        else ""
+    return (f"<p>Captions by the script most of their letters are written in{sampled}.</p>"
+            f"<table><tr><th>writing system</th><th>pairs</th>{head}</tr>{body}</table>")
+
+
+def _auroc(truth: np.ndarray, prob: np.ndarray) -> str:
+    """``clean_prob``'s AUROC for ``noisy_gt``, or a dash where one class is missing."""
+    from sklearn.metrics import roc_auc_score
+
+    scored = np.isfinite(prob)
+    truth, prob = truth[scored], prob[scored]
+    return f"{roc_auc_score(truth, -prob):.3f}" if 0 < truth.sum() < len(truth) else "-"
 
 
 def _probability_chart(scored: Scored, side: dict) -> str:

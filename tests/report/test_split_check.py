@@ -3,6 +3,7 @@
 import base64
 import io
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -214,3 +215,27 @@ def test_html_report_renders_offline_in_chromium(scored, tmp_path):
         assert (np.abs(pixels - colour).sum(axis=2) < 30).sum() > 50, colour
     # ... and so are the thumbnails: many distinct colours, not just text on white.
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 500
+
+
+def test_html_report_shows_each_writing_system_where_the_captions_use_several(
+        scored, tmp_path, rng):
+    from ncclean.data.schema import Columns
+    from tests.methods.test_scripts import two_languages
+
+    two_languages(tmp_path / "two.parquet", rng)
+    table = pq.read_table(tmp_path / "two.parquet")
+    pq.write_table(table.append_column("noisy_gt", [list(np.arange(400) < 120)]),
+                   tmp_path / "two.parquet")
+    api.score(tmp_path / "two.parquet", tmp_path / "scored-two.parquet", method="clip",
+              columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
+    api.split(tmp_path / "scored-two.parquet", tmp_path / "parts", html=tmp_path / "two.html",
+              per_partition=2)
+    text = (tmp_path / "two.html").read_text()
+    section = text.split("By writing system</h2>", 1)[1].split("</table>", 1)[0]
+    rows = {row.split("</td>", 1)[0]: row for row in section.split("<tr><td>")[1:]}
+    assert rows.keys() == {"latin", "cyrillic"} and "truly noisy" in section
+    assert rows["latin"].startswith("latin</td><td>200</td>")
+    assert re.search(r"<td>60\.0%</td><td>0\.\d{3}</td></tr>$", rows["latin"])  # moved, ranked
+    assert rows["cyrillic"].endswith("<td>0.0%</td><td>-</td></tr>")  # none moved: no AUROC
+    api.split(scored, tmp_path / "one", html=tmp_path / "one.html", per_partition=2)
+    assert "By writing system" not in (tmp_path / "one.html").read_text()  # one system
