@@ -83,6 +83,12 @@ class Application:
         return Kept(similarity, isotonic(similarity, clean_prob),
                     meta={"signal": "matcher_sim"})
 
+    def prepared(self, arrays: dict, features):
+        """New pairs' ``features`` as the method read its own before fitting (what
+        :meth:`embeddings` and :meth:`signal` are given): as they are, unless the method
+        transformed its inputs."""
+        return features
+
     def embeddings(self, arrays: dict, matcher, features, device: str) -> Embeddings:
         """New pairs' embeddings (unit vectors, float32)."""
         from ncclean.train.scoring import embed

@@ -139,10 +139,15 @@ class ClipSimilarity(Application):
         return Kept(signal, np.asarray(clean_prob, np.float64), arrays, meta,
                     keeps_matcher=result.matcher is not None)
 
+    def prepared(self, arrays, features: Features) -> Features:
+        """``features`` with their caption vectors centred as the fit's were, if they were."""
+        centring = ScriptCentring.from_arrays(arrays)
+        return features if centring is None else centring.apply(features)
+
     def embeddings(self, arrays, matcher, features, device: str) -> Embeddings:
         if matcher is not None:
             return embed(matcher, features, device, dtype=np.float32)
-        raw = raw_embeddings(_centred(arrays, features))
+        raw = raw_embeddings(features)
         if "align.image_mean" not in arrays:
             return raw
         alignment = Alignment(arrays["align.image_mean"], arrays["align.text_mean"],
@@ -164,7 +169,6 @@ class ClipSimilarity(Application):
             columns["clip_convention"][new] = discount
             signal -= discount
         if (hood := near.Neighbourhood.from_arrays(arrays)) is not None:
-            features = _centred(arrays, features)
             term = hood.score_new(features.image_data, features.text_data, features.image_group,
                                   features.text_group)
             columns["clip_neighbours"][new] = term
@@ -455,9 +459,3 @@ class Clip(Method):
 def _width(features: Features) -> int:
     """The image and caption vectors' summed width."""
     return features.image_data.shape[1] + features.text_data.shape[1]
-
-
-def _centred(arrays: dict, features: Features) -> Features:
-    """``features`` with their caption vectors centred as the fit's were, if they were."""
-    centring = ScriptCentring.from_arrays(arrays)
-    return features if centring is None else centring.apply(features)

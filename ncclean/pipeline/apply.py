@@ -98,8 +98,8 @@ def apply_to_corpus(fit: Fit, corpus, features, device: str = "cpu",
         columns[name][old] = fit.arrays[f"column.{name}"][where]
 
     if len(new):
-        sub = features.subset(new)
         application = get_method(fit.meta["method"]).application
+        sub = application.prepared(fit.arrays, features.subset(new))
         embeddings = application.embeddings(fit.arrays, fit.matcher, sub, device)
         caption_key = text_keys([corpus.captions[r] for r in features.rows]) \
             if caption_keys is None else caption_keys[features.rows]

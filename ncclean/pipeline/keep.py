@@ -156,6 +156,7 @@ def calibrate(fit: Fit, corpus, features, device: str = "cpu") -> np.ndarray | N
     application = get_method(fit.meta["method"]).application
     if not application.held_out or features.n_pairs < MIN_HELD_OUT:
         return None
+    features = application.prepared(fit.arrays, features)
     embeddings = application.embeddings(fit.arrays, fit.matcher, features, device)
     calibrated = application.calibrate(fit.arrays, fit.meta, features, embeddings)
     fit.arrays["table.x"], fit.arrays["table.y"] = signal_table(calibrated.signal,
