@@ -27,8 +27,8 @@ carry its own caption, a collection's label put on a batch, so ``b`` vouches for
 is wrong for the whole batch as much as for one that is right, and it ranked clip art's
 hand-labelled mismatches worse; there ``k`` is :data:`K_CONVENTIONS`, elsewhere :data:`K`
 (``benchmarks/results/neighbours.md``, which measures the term on every corpus). The search is
-exact, so it is done only for fits of at most :data:`MAX_PAIRS`
-pairs; a corpus applied shard by shard finds each new pair's neighbours among the fitted pairs.
+exact, so it is done only for fits of at most :data:`MAX_PAIRS` pairs; a corpus applied shard by
+shard finds each new pair's neighbours among the fitted pairs.
 """
 
 from __future__ import annotations

@@ -73,8 +73,9 @@ def fit_centring(features) -> ScriptCentring | None:
         return None
     pairs = np.bincount(features.text_group, minlength=len(features.text_data))
     script = features.text_script
-    codes = np.unique(script[pairs > 0])
-    counts = np.array([pairs[script == code].sum() for code in codes])
+    by_code = np.bincount(script, weights=pairs, minlength=len(NAMES)).astype(np.int64)
+    codes = np.flatnonzero(by_code)
+    counts = by_code[codes]
     kept = (codes != OTHER) & (counts >= MIN_PAIRS)
     if kept.sum() < 2:
         return None

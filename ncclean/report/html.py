@@ -162,8 +162,8 @@ def _by_writing_system(scored: Scored, caption_col: str, seed: int) -> str | Non
     captions = fetch_rows(scored.source, rows, [caption_col])
     codes = writing_systems([captions[int(r)].get(caption_col) for r in rows])
     found, sizes = np.unique(codes, return_counts=True)
-    shown = [code for code, size in zip(found, sizes, strict=True)
-             if code != OTHER and size >= SYSTEM_PAIRS]
+    shown = [code for code, size in sorted(zip(found, sizes, strict=True), key=lambda c: -c[1])
+             if code != OTHER and size >= SYSTEM_PAIRS]  # the largest first
     if len(shown) < 2:
         return None
     partition = scored.partition[rows]
@@ -174,7 +174,7 @@ def _by_writing_system(scored: Scored, caption_col: str, seed: int) -> str | Non
     head = "".join(f"<th>{name}</th>" for name, _ in groups) + (
         "" if truth is None else "<th>truly noisy</th><th>AUROC</th>")
     body = ""
-    for code in sorted(shown, key=lambda c: -int((codes == c).sum())):
+    for code in shown:
         mine = codes == code
         cells = "".join(f"<td>{100 * np.isin(partition[mine], codes_of).mean():.1f}%</td>"
                         for codes_of in partition_codes)
@@ -269,7 +269,7 @@ def _mixture_chart(scored: Scored, side: dict) -> str | None:
 
 
 def _truth_section(scored: Scored) -> str:
-    from sklearn.metrics import roc_auc_score, roc_curve
+    from sklearn.metrics import roc_curve
 
     valid = scored.valid & np.isfinite(scored.clean_prob)
     truth, prob = scored.noisy_gt[valid], scored.clean_prob[valid]
@@ -280,7 +280,7 @@ def _truth_section(scored: Scored) -> str:
         chart = Chart(0, 1, 1, "false positive rate", "true positive rate")
         chart.curve(np.array([0, 1]), np.array([0, 1]), "#bbb", dashed=True)
         chart.curve(fpr[keep], tpr[keep], COLOURS["noisy"],
-                    f"AUROC {roc_auc_score(truth, -prob):.3f}")
+                    f"AUROC {_auroc(truth, prob)}")
         out.append(chart.svg())
     rows = []
     for name in PARTITIONS:
