@@ -64,16 +64,16 @@ def test_a_corpus_with_fewer_than_two_systems_of_size_is_left_as_it_is(rng, scri
 def two_languages(path, rng, n=400, noisy=120, offset=6.0):
     """``wide_corpus``'s pairs with the second half's captions in Cyrillic and their vectors
     moved along one direction, as a multilingual encoder places a language."""
-    latent = rng.normal(size=(n, 8))
-    image = latent @ rng.normal(size=(8, 160)) + 2.0 * rng.normal(size=(n, 160))
-    text = latent @ rng.normal(size=(8, 80)) + 2.0 * rng.normal(size=(n, 80))
-    text[:noisy] = text[n - noisy:][::-1]
+    from tests.methods.test_clip import wide_corpus
+
+    wide_corpus(path, rng, n=n, noisy=noisy)
+    table = pq.read_table(path)
+    text = np.stack(table["txt"].to_numpy(zero_copy_only=False)).astype(np.float64)
     second = np.arange(n) >= n // 2
     text[second] += offset * np.linalg.norm(text, axis=1).mean() * rng.normal(size=80) / 9
     captions = [f"{'подпись' if s else 'caption'} {i}" for i, s in enumerate(second)]
     write_parquet(path, {"id": [f"p{i}" for i in range(n)], "caption": captions,
-                         "img": list(image.astype(np.float32)),
-                         "txt": list(text.astype(np.float32))})
+                         "img": table["img"].to_pylist(), "txt": list(text.astype(np.float32))})
 
 
 def test_clip_centres_a_corpus_in_two_scripts_and_a_saved_fit_applies_the_same_shift(
