@@ -1,0 +1,102 @@
+"""Each of the default's automatic rules flipped one at a time, at the code of the day: is the
+default within 0.005 of every variant on each noisy corpus (``benchmarks/results/rules.md``,
+"Every rule flipped at the current code")?
+
+    python benchmarks/rule_flips.py run NAME=NOISY.parquet[@SEED] ... --out flips.jsonl
+    python benchmarks/rule_flips.py table flips.jsonl
+
+``run`` scores each noisy embedded corpus (``inject-noise`` wrote ``noisy_gt``; ``image_emb`` /
+``text_emb``) with ``clip``'s defaults, reads from the run record what the rules chose (rank,
+ridge, directions; a fit is trusted, and so not discounted, where its ridge is not the untrusted
+one), then once per other value of each rule: ``rank``, ``conventions``, ``align_ridge`` (10,
+30, 100, 300) and ``align_dims`` (32, 64, 128, 256); significance and pseudo-captions off. One
+JSON line per corpus file. ``table`` averages the lines of each ``NAME`` and prints the default
+against the best variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from rule_variants import VECTORS, checkout_commit
+
+from ncclean import api
+from ncclean.api import RunOptions, StageOptions
+from ncclean.methods.cca_rules import RIDGE
+
+FLIPS = {"rank": ("in-sample", "cross-fitted"), "conventions": ("trust", "discount"),
+         "align_ridge": (10.0, 30.0, 100.0, 300.0), "align_dims": (32, 64, 128, 256)}
+
+
+def score(path: Path, seed: int, params: dict, work: Path) -> tuple[float, dict]:
+    out = work / "flip.parquet"
+    summary = api.score(path, out, method="clip", params=params, columns=VECTORS,
+                        run=RunOptions(seed=seed, overwrite=True),
+                        stages=StageOptions(significance="off", pseudo_captions=False))
+    report = json.loads(Path(f"{out}.json").read_text())["report"]
+    ridge = report["alignment"]["ridge"]
+    chosen = {"rank": "cross-fitted" if "cross" in report.get("rank", "") else "in-sample",
+              "conventions": "discount" if ridge == RIDGE else "trust",
+              "align_ridge": ridge, "align_dims": report["alignment"]["dims"]}
+    return round(summary.detection["auroc"], 4), chosen
+
+
+def run(args: argparse.Namespace) -> None:
+    args.work.mkdir(parents=True, exist_ok=True)
+    for spec in args.corpora:
+        name, rest = spec.split("=", 1)
+        path, _, seed = rest.partition("@")
+        auroc, chosen = score(Path(path), int(seed or 0), {}, args.work)
+        row = {"corpus": name, "file": path, "seed": int(seed or 0), "default": auroc,
+               "chosen": chosen, "commit": checkout_commit()}
+        for rule, values in FLIPS.items():
+            for value in values:
+                if value != chosen[rule]:
+                    row[f"{rule}={value:g}" if isinstance(value, float) else f"{rule}={value}"] = \
+                        score(Path(path), row["seed"], {rule: value}, args.work)[0]
+        with open(args.out, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+
+def table(args: argparse.Namespace) -> None:
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for line in args.jsonl.read_text().splitlines():
+        row = json.loads(line)
+        runs[row["corpus"]].append(row)
+    print("| corpus | runs | the default's choice | default | best variant | its AUROC | "
+          "default - best |")
+    print("|---|---|---|---|---|---|---|")
+    for corpus, rows in runs.items():
+        shared = {k for k in set.intersection(*(set(r) for r in rows))
+                  if k == "default" or "=" in k}
+        means = {k: float(np.mean([r[k] for r in rows])) for k in shared}
+        best = max(means, key=means.get)
+        chosen = rows[0]["chosen"]
+        choice = (f"{chosen['rank']}, {chosen['conventions']}, ridge {chosen['align_ridge']:g}, "
+                  f"{chosen['align_dims']} directions")
+        gap = means["default"] - means[best]
+        mark = "**" if gap < -0.005 else ""
+        print(f"| {corpus} | {len(rows)} | {choice} | {means['default']:.4f} | {best} | "
+              f"{means[best]:.4f} | {mark}{gap:+.4f}{mark} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    runner = sub.add_parser("run")
+    runner.add_argument("corpora", nargs="+", help="NAME=NOISY.parquet[@SEED]")
+    runner.add_argument("--work", type=Path, default=Path("rule-flips-work"))
+    runner.add_argument("--out", type=Path, required=True)
+    shower = sub.add_parser("table")
+    shower.add_argument("jsonl", type=Path)
+    args = parser.parse_args(argv)
+    run(args) if args.command == "run" else table(args)
+
+
+if __name__ == "__main__":
+    main()
