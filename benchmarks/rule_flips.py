@@ -7,11 +7,10 @@ default within 0.005 of every variant on each noisy corpus (``benchmarks/results
 
 ``run`` scores each noisy embedded corpus (``inject-noise`` wrote ``noisy_gt``; ``image_emb`` /
 ``text_emb``) with ``clip``'s defaults, reads from the run record what the rules chose (rank,
-ridge, directions; a fit is trusted, and so not discounted, where its ridge is not the untrusted
-one), then once per other value of each rule: ``rank``, ``conventions``, ``align_ridge`` (10,
-30, 100, 300) and ``align_dims`` (32, 64, 128, 256); significance and pseudo-captions off. One
-JSON line per corpus file. ``table`` averages the lines of each ``NAME`` and prints the default
-against the best variant.
+trust or discount, ridge, directions), then once per other value of each rule: ``rank``,
+``conventions``, ``align_ridge`` (10, 30, 100, 300) and ``align_dims`` (32, 64, 128, 256);
+significance and pseudo-captions off. One JSON line per corpus file. ``table`` averages the
+lines of each ``NAME`` and prints the default against the best variant.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from rule_variants import VECTORS, checkout_commit
 
 from ncclean import api
 from ncclean.api import RunOptions, StageOptions
-from ncclean.methods.cca_rules import RIDGE
 
 FLIPS = {"rank": ("in-sample", "cross-fitted"), "conventions": ("trust", "discount"),
          "align_ridge": (10.0, 30.0, 100.0, 300.0), "align_dims": (32, 64, 128, 256)}
@@ -38,10 +36,11 @@ def score(path: Path, seed: int, params: dict, work: Path) -> tuple[float, dict]
                         run=RunOptions(seed=seed, overwrite=True),
                         stages=StageOptions(significance="off", pseudo_captions=False))
     report = json.loads(Path(f"{out}.json").read_text())["report"]
-    ridge = report["alignment"]["ridge"]
+    trusted = "trusted" in report.get("conventions", {})
     chosen = {"rank": "cross-fitted" if "cross" in report.get("rank", "") else "in-sample",
-              "conventions": "discount" if ridge == RIDGE else "trust",
-              "align_ridge": ridge, "align_dims": report["alignment"]["dims"]}
+              "conventions": "trust" if trusted else "discount",
+              "align_ridge": report["alignment"]["ridge"],
+              "align_dims": report["alignment"]["dims"]}
     return round(summary.detection["auroc"], 4), chosen
 
 
