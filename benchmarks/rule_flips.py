@@ -46,17 +46,19 @@ def score(path: Path, seed: int, params: dict, work: Path) -> tuple[float, dict]
 
 def run(args: argparse.Namespace) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
+    commit = checkout_commit()
     for spec in args.corpora:
         name, rest = spec.split("=", 1)
-        path, _, seed = rest.partition("@")
-        auroc, chosen = score(Path(path), int(seed or 0), {}, args.work)
-        row = {"corpus": name, "file": path, "seed": int(seed or 0), "default": auroc,
-               "chosen": chosen, "commit": checkout_commit()}
+        path, _, given = rest.partition("@")
+        seed = int(given or 0)
+        auroc, chosen = score(Path(path), seed, {}, args.work)
+        row = {"corpus": name, "file": path, "seed": seed, "default": auroc, "chosen": chosen,
+               "commit": commit}
         for rule, values in FLIPS.items():
             for value in values:
                 if value != chosen[rule]:
                     row[f"{rule}={value:g}" if isinstance(value, float) else f"{rule}={value}"] = \
-                        score(Path(path), row["seed"], {rule: value}, args.work)[0]
+                        score(Path(path), seed, {rule: value}, args.work)[0]
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
