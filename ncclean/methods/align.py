@@ -27,7 +27,11 @@ anything, and :func:`unalignable` says so before a fit is tried.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import contextvars
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -114,6 +118,24 @@ class PairSums:
                         tuple(a - b for a, b in zip(self.products, other.products)))
 
 
+#: While :func:`shared_fits` is active: the widest fit of each set of pairs and ridge solved.
+_SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("shared_fits",
+                                                                     default=None)
+
+
+@contextlib.contextmanager
+def shared_fits(widest: int) -> Iterator[None]:
+    """Within it, a CCA of pairs whose moments (and ridge) were fitted before is not solved
+    again: each is solved once at ``widest`` directions and cut to the ``dims`` asked, the same
+    directions a narrower fit keeps (fits of several widths on the same folds share their
+    whitening and decomposition, most of a fit's cost)."""
+    token = _SHARED.set({"widest": widest, "fits": {}})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0) -> Alignment:
     """The ridge CCA of the pairs whose moments are ``moments`` (:func:`fit_alignment`)."""
     if dims < 1:
@@ -122,6 +144,27 @@ def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0
         raise BadOptionError(f"align_ridge must be positive, got {ridge}")
     if (reason := unalignable(moments)) is not None:
         raise BadOptionError(f"aligning two encoders needs {reason}")
+    if (shared := _SHARED.get()) is None or dims > shared["widest"]:
+        return _solve(moments, dims, ridge)
+    key = (_digest(moments), ridge)
+    if key not in shared["fits"]:
+        shared["fits"][key] = _solve(moments, shared["widest"], ridge)
+    widest = shared["fits"][key]
+    dims = min(dims, widest.dims)
+    return replace(widest, image_projection=widest.image_projection[:, :dims],
+                   text_projection=widest.text_projection[:, :dims],
+                   correlations=widest.correlations[:dims])
+
+
+def _digest(moments: PairSums) -> bytes:
+    """A fingerprint of ``moments``' values."""
+    digest = hashlib.blake2b(str(moments.count).encode(), digest_size=16)
+    for total in (*moments.sums, *moments.products):
+        digest.update(total.numpy().tobytes())
+    return digest.digest()
+
+
+def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
     n = moments.count
     mean_i, mean_t = (total / n for total in moments.sums)
     image_cov, text_cov, cross = (

@@ -131,6 +131,15 @@ def no_matcher():
                           "it did not train on; score every pair in one pass (--fit-sample all)")
 
 
+def signal_table(signal: np.ndarray, clean_prob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` float64, ``x`` strictly increasing: each distinct ``signal`` value and the mean
+    ``clean_prob`` of its pairs, so ``np.interp(s, x, y)`` gives a pair's clean probability."""
+    x, inverse = np.unique(np.asarray(signal, dtype=np.float64), return_inverse=True)
+    y = np.bincount(inverse, weights=np.asarray(clean_prob, dtype=np.float64)) / \
+        np.bincount(inverse)
+    return x, y
+
+
 def isotonic(signal: np.ndarray, prob: np.ndarray) -> np.ndarray:
     """``(n,) float64``: the non-decreasing fit of ``prob`` on ``signal`` (a higher signal is
     never less clean)."""

@@ -247,7 +247,8 @@ class MethodResult:
     saved fit keeps for the pairs it applies to, and ``neighbourhood`` the fitted pairs whose
     agreement ``clip`` adds to its cosine (:mod:`ncclean.methods.neighbours`), kept the same way,
     as is ``scripts``, the shift of each writing system's caption vectors before the CCA
-    (:mod:`ncclean.methods.scripts`).
+    (:mod:`ncclean.methods.scripts`); ``members`` the fits whose ``clean_prob`` this one averages
+    (``clip``'s widths, :mod:`ncclean.methods.clip_widths`), each kept for the applied pairs.
     """
 
     clean_prob: np.ndarray
@@ -263,6 +264,7 @@ class MethodResult:
     alignment: Any = None
     neighbourhood: Any = None
     scripts: Any = None
+    members: tuple = ()
 
     @property
     def noise_ci95(self) -> list[float] | None:

@@ -19,6 +19,8 @@ are estimated from, counted in widths (the vectors' summed width).
 - Below that, its in-sample fit memorises: a pair's own memorisation is discounted and the
   ridge is :data:`RIDGE`; below :data:`SMALL_FIT_WIDTHS` widths of entries (any corpus), pairs
   are ranked cross-fitted.
+- Where pairs are ranked cross-fitted, ``clip`` averages fits of four widths instead of keeping
+  :data:`DIMS` directions (:mod:`ncclean.methods.clip_widths`).
 
 Why: a corpus of collection labels gives the CCA a few caption directions that many pairs carry;
 a small in-sample fit learns its noisy pairs' labels as descriptions, and the stronger ridge

@@ -38,7 +38,7 @@ Where the embeddings come from:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -52,6 +52,7 @@ from ncclean.methods.align import (
     PairSums,
     alignment_from_sums,
     pair_sums,
+    shared_fits,
     unalignable,
 )
 from ncclean.methods.applied import Application
@@ -72,6 +73,7 @@ from ncclean.methods.cca_rules import (
     CorpusShape,
 )
 from ncclean.methods.clip_applied import ClipSimilarity
+from ncclean.methods.clip_widths import WIDTHS, averaged
 from ncclean.methods.conventions import (
     convention_discount,
     describe_discount,
@@ -127,6 +129,8 @@ class Clip(Method):
         "(benchmarks/results/neighbours.md).",
         "Before the CCA, each writing system's caption vectors are shifted to the corpus's mean "
         "where two or more systems carry enough pairs (benchmarks/results/languages.md).",
+        "Where pairs are ranked cross-fitted, clean_prob is the mean of four fits keeping 32, "
+        "64, 128 and 256 directions (align_widths; benchmarks/results/rules.md).",
     )
 
     keep_fraction: float | None = param(
@@ -145,6 +149,10 @@ class Clip(Method):
         None, low=1, rule=f"{WIDE_DIMS} for a trusted fit (see conventions) on at least "
         f"{WIDE_DIMS_WIDTHS} times the two vectors' summed width in distinct captions and "
         f"distinct images, else {DIMS}", help="CCA directions kept")
+    align_widths: Literal["auto", "one", "four"] = param(
+        "auto", help="with a CCA: one fit of align_dims directions (one), or clean_prob "
+        f"averaged over fits of {', '.join(map(str, WIDTHS))} directions (four); auto averages "
+        "where pairs are ranked cross-fitted (see rank) and align_dims is not given")
     align_ridge: float | None = param(
         None, low=0, rule=f"{TRUSTED_RIDGE:g} for a trusted fit (see conventions), "
         f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
@@ -187,13 +195,16 @@ class Clip(Method):
         "distinct captions and distinct images, and discounts elsewhere")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
+        if self._averages_widths(features, context):
+            with shared_fits(max(WIDTHS)):
+                return averaged([replace(self, align_dims=width, align_widths="one")
+                                 .fit(features, context) for width in WIDTHS])
         config = context.matcher_config
         matcher = alignment = space = raw = moments = centring = None
         pretrained = context.initial is not None or (config is not None
                                                      and config.starts_pretrained)
-        if self.conventions in ("discount", "repeated") and not (
-                not pretrained and raw_source(config) is not None and self._fits_cca(features)):
-            # before any work: a matcher warmed up from scratch would train first
+        if self.conventions in ("discount", "repeated") and not self._cca_on_vectors(
+                features, context):  # before any work: a matcher warmed up from scratch trains
             raise BadOptionError(f"conventions={self.conventions} needs a CCA fitted on the "
                                  "corpus (two vector columns, align cca or auto): only such a "
                                  "space learns its captions' conventions")
@@ -324,6 +335,33 @@ class Clip(Method):
                                 noise_rate=1.0 - float(clean_prob.mean()), report=report)
         return MethodResult(clean_prob=np.full(n, 0.5), columns={"clip_sim": similarity},
                             report=report, partition=np.full(n, VAGUE, dtype=object))
+
+    def _cca_on_vectors(self, features: Features, context: Context) -> bool:
+        """Whether a CCA is fitted on the corpus's own vector columns (no pretrained model)."""
+        config = context.matcher_config
+        pretrained = context.initial is not None or (config is not None
+                                                     and config.starts_pretrained)
+        return not pretrained and raw_source(config) is not None and self._fits_cca(features)
+
+    def _averages_widths(self, features: Features, context: Context) -> bool:
+        """Whether ``clean_prob`` is averaged over :data:`~ncclean.methods.clip_widths.WIDTHS`
+        (``align_widths``)."""
+        if self.align_widths == "one":
+            return False
+        if self.align_widths == "four":
+            if self.align_dims is not None or self.keep_fraction is not None:
+                raise BadOptionError("align_widths=four sets the CCA's widths and reads "
+                                     "clean_prob as a probability: leave align_dims and "
+                                     "keep_fraction unset")
+            if not self._cca_on_vectors(features, context):
+                raise BadOptionError("align_widths=four needs a CCA fitted on the corpus (two "
+                                     "vector columns, align cca or auto)")
+            return True
+        if self.align_dims is not None or self.keep_fraction is not None \
+                or not self._cca_on_vectors(features, context):
+            return False
+        return self._cross_fits(CorpusShape.of(features.image_group, features.text_group,
+                                               _width(features)))
 
     def _cross_fits(self, shape: CorpusShape) -> bool:
         """Whether pairs are ranked by CCA fits that did not see them (``rank``;

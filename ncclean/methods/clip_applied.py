@@ -5,15 +5,20 @@ pairs, read on the sample's own table (:mod:`ncclean.methods.clip`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ncclean.methods import neighbours as near
 from ncclean.methods.align import Alignment
-from ncclean.methods.applied import Application, Kept
+from ncclean.methods.applied import Application, Kept, signal_table
 from ncclean.methods.scripts import ScriptCentring
 from ncclean.methods.unit import raw_embeddings
 from ncclean.models.features import Features
 from ncclean.train.scoring import Embeddings, embed
+
+#: The prefix of each averaged width's arrays in a saved fit (``widths.0.align.image_mean``).
+MEMBER = "widths."
 
 
 class ClipSimilarity(Application):
@@ -31,6 +36,22 @@ class ClipSimilarity(Application):
         return result.embeddings
 
     def keep(self, method, result, features, embeddings, clean_prob, caption_key, seed) -> Kept:
+        kept = self._keep_one(result, clean_prob, caption_key)
+        if not result.members:
+            return kept
+        # clip_widths' average: each width kept whole, its own table with it; the signal of a
+        # pair is then the mean of the widths' probabilities, which is its clean_prob
+        for k, member in enumerate(result.members):
+            one = self._keep_one(replace(member, scripts=None), member.clean_prob, caption_key)
+            kept.arrays |= {f"{MEMBER}{k}.{name}": value for name, value in one.arrays.items()}
+            kept.arrays[f"{MEMBER}{k}.table.x"], kept.arrays[f"{MEMBER}{k}.table.y"] = \
+                signal_table(one.signal, one.prob)
+        kept.meta["averaged_widths"] = [member.alignment.dims for member in result.members]
+        kept.meta["signal"] = f"the mean clean_prob of {len(result.members)} widths"
+        prob = np.asarray(clean_prob, np.float64)
+        return replace(kept, signal=prob, prob=prob)
+
+    def _keep_one(self, result, clean_prob, caption_key) -> Kept:
         arrays: dict[str, np.ndarray] = {}
         meta: dict = {"signal": "clip_sim", "space": "raw" if result.matcher is None else
                       "matcher"}
@@ -75,6 +96,21 @@ class ClipSimilarity(Application):
                           texts=alignment.project_texts(raw.texts))
 
     def signal(self, arrays, meta, features, embeddings, columns, new, caption_key) -> np.ndarray:
+        if "averaged_widths" not in meta:
+            return self._signal_one(arrays, features, embeddings, columns, new, caption_key)
+        self._signal_one(arrays, features, embeddings, columns, new, caption_key)  # the columns
+        probs = []
+        for k in range(len(meta["averaged_widths"])):
+            prefix = f"{MEMBER}{k}."
+            one = {name[len(prefix):]: value for name, value in arrays.items()
+                   if name.startswith(prefix)}
+            scratch = {name: np.empty_like(column) for name, column in columns.items()}
+            signal = self._signal_one(one, features, self.embeddings(one, None, features, "cpu"),
+                                      scratch, new, caption_key)
+            probs.append(np.interp(signal, one["table.x"], one["table.y"]))
+        return np.mean(probs, axis=0)
+
+    def _signal_one(self, arrays, features, embeddings, columns, new, caption_key) -> np.ndarray:
         from ncclean.data.shards import find_sorted
 
         similarity = embeddings.pair_similarity(features)

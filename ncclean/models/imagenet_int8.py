@@ -42,10 +42,23 @@ RANGES: dict[str, tuple[tuple[float, float], ...]] = {
 
 def available() -> bool:
     """Whether this torch has oneDNN's quantized convolutions and this CPU multiplies int8
-    natively (VNNI)."""
+    natively (VNNI), without AMX: on a processor with AMX tiles oneDNN's int8 convolutions give
+    an image a vector that depends on how many images share its batch (up to 0.1 apart in a
+    coordinate, measured on a Xeon with ``amx_int8``), so the same corpus would give other
+    bytes on another thread count or shard."""
     return (torch.backends.mkldnn.is_available() and hasattr(torch.ops, "onednn")
             and hasattr(torch.ops.onednn, "qconv2d_pointwise")
-            and torch.cpu._is_vnni_supported())
+            and torch.cpu._is_vnni_supported() and not _amx_int8())
+
+
+def _amx_int8() -> bool:
+    """Whether this processor has AMX's int8 tiles (Linux's ``amx_int8`` flag)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return "amx_int8" in next((line for line in info if line.startswith("flags")),
+                                      "").split()
+    except OSError:
+        return False
 
 
 @dataclass

@@ -252,11 +252,3 @@ def sample_positions(fit: Fit, path: str | os.PathLike) -> np.ndarray:
 
 _MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93)
 
-
-def signal_table(signal: np.ndarray, clean_prob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` float64, ``x`` strictly increasing: each distinct ``signal`` value and the mean
-    ``clean_prob`` of its pairs, so ``np.interp(s, x, y)`` gives a pair's clean probability."""
-    x, inverse = np.unique(np.asarray(signal, dtype=np.float64), return_inverse=True)
-    y = np.bincount(inverse, weights=np.asarray(clean_prob, dtype=np.float64)) / \
-        np.bincount(inverse)
-    return x, y

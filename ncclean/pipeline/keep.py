@@ -19,7 +19,8 @@ import numpy as np
 
 from ncclean.data.results import CLEAN, PARTITIONS
 from ncclean.data.shards import pair_keys, text_keys, vector_heads, vector_keys
-from ncclean.pipeline.fit import FORMAT, Fit, put_text, sample_keys, signal_table
+from ncclean.methods.applied import signal_table
+from ncclean.pipeline.fit import FORMAT, Fit, put_text, sample_keys
 from ncclean.records import as_record
 
 SIGNIFICANCE_BANK = 20_000  # SignificanceConfig's bank_size and bank_threshold, as in one pass

@@ -86,3 +86,22 @@ def test_pairs_of_one_image_or_one_caption_cannot_be_aligned_and_say_so(rng):
     unit = images / np.linalg.norm(images, axis=1, keepdims=True)
     with pytest.raises(BadOptionError, match="needs pairs whose images differ"):
         fit_alignment(unit, texts, one[:4], pairs[:4])
+
+
+def test_shared_fits_cut_one_solution_to_each_width(rng):
+    from ncclean.methods.align import alignment_from_sums, pair_sums, shared_fits
+
+    images, texts = rng.normal(size=(60, 12)), rng.normal(size=(60, 9))
+    pairs = np.arange(60)
+    moments = pair_sums(images, texts, pairs, pairs)
+    alone = {dims: alignment_from_sums(moments, dims, 1.0) for dims in (2, 5)}
+    with shared_fits(8):
+        shared = {dims: alignment_from_sums(pair_sums(images, texts, pairs, pairs), dims, 1.0)
+                  for dims in (2, 5)}
+        other_ridge = alignment_from_sums(moments, 5, 3.0)
+    for dims in (2, 5):
+        assert shared[dims].dims == dims
+        np.testing.assert_allclose(shared[dims].image_projection, alone[dims].image_projection,
+                                   atol=1e-6)
+        np.testing.assert_allclose(shared[dims].correlations, alone[dims].correlations)
+    assert not np.allclose(other_ridge.correlations, shared[5].correlations)

@@ -32,9 +32,13 @@ def test_a_warmed_up_matcher_is_the_similarity_source_without_vectors():
 
 def test_warmed_up_similarity_finds_injected_noise():
     features, config, truth = tiny_features(n_images=60, captions_per_image=3, noise=0.4)
-    result = Clip(warmup_epochs=8, batch_size=32, lr=5e-4).fit(features, Context(seed=0,
-                                                                        matcher_config=config))
-    assert detection_metrics(truth[features.rows], result.clean_prob).auroc > 0.75
+    # one seed's 8 epochs land at 0.74-0.82 (and move with the processor's float kernels): the
+    # mean of three is the claim
+    auroc = [detection_metrics(truth[features.rows], Clip(warmup_epochs=8, batch_size=32,
+                                                          lr=5e-4).fit(
+        features, Context(seed=seed, matcher_config=config)).clean_prob).auroc
+        for seed in range(3)]
+    assert np.mean(auroc) > 0.75, auroc
 
 
 def test_precomputed_columns_need_no_training(tmp_path, rng):

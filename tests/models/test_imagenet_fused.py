@@ -74,11 +74,20 @@ def test_an_unknown_block_is_left_to_timm(network, monkeypatch):
     assert fuse(network, 224) is None
 
 
+def skip_without(precision):
+    """Skip where this machine has no ``int8`` path (no VNNI, or AMX's batch-dependent one)."""
+    from ncclean.models import imagenet_int8
+
+    if precision == "int8" and not imagenet_int8.available():
+        pytest.skip("no batch-independent int8 path on this processor")
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
 def test_the_encoder_is_deterministic_and_batch_independent(precision, monkeypatch):
     """Same images, same bytes; an image's vector does not depend on its batch neighbours."""
     from ncclean.models.imagenet import imagenet_encoder
 
+    skip_without(precision)
     monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", precision)
     encoder = imagenet_encoder()
     assert encoder.precision == precision
@@ -97,6 +106,7 @@ def test_a_batch_per_thread_gives_the_same_vectors_and_restores_the_thread_count
 
     from ncclean.models.imagenet import imagenet_encoder
 
+    skip_without(precision)
     monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", precision)
     encoder = imagenet_encoder()
     rng = np.random.default_rng(1)

@@ -34,11 +34,16 @@ def _images() -> list[np.ndarray]:
 
 
 def _encoder(precision: str, monkeypatch):
+    from ncclean.errors import NcCleanError
     from ncclean.models.imagenet import imagenet_encoder
     from ncclean.models.imagenet import precision as chosen
 
     monkeypatch.setenv("NCCLEAN_IMAGE_PRECISION", precision)
-    if chosen() != precision:
+    try:
+        here = chosen()
+    except NcCleanError:  # asked for a precision this machine has no path for
+        here = None
+    if here != precision:
         pytest.skip(f"no {precision} here")
     return imagenet_encoder()
 

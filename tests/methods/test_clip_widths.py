@@ -1,0 +1,84 @@
+"""``clip``'s average over the CCA's widths: on a corpus ranked cross-fitted, ``clean_prob`` is
+the mean of the four widths' fits, in one pass and for pairs a saved fit is applied to."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ncclean import api
+from ncclean.data.schema import Columns
+from ncclean.errors import BadOptionError
+from ncclean.methods.clip_widths import WIDTHS
+from ncclean.options import ScaleOptions
+from ncclean.pipeline.fit import load_fit, sample_positions
+from tests.pipeline.corpora import write_shards
+
+COLUMNS = Columns(image_emb="img", text_emb="txt")
+
+
+def wide_table(n, rng, noisy=0.3):
+    """Image vectors 640 wide and caption vectors 384 wide (so every width differs, and 240
+    pairs are ranked cross-fitted) that see one latent through different maps; a share
+    ``noisy`` of the captions belong to other images."""
+    latent = rng.normal(size=(n, 8))
+    image = latent @ rng.normal(size=(8, 640)) + 2.0 * rng.normal(size=(n, 640))
+    text = latent @ rng.normal(size=(8, 384)) + 2.0 * rng.normal(size=(n, 384))
+    moved = rng.permutation(n)[:int(noisy * n)]
+    text[moved] = text[np.roll(moved, 1)]
+    return pa.table({"id": [f"p{i}" for i in range(n)], "caption": [f"c{i}" for i in range(n)],
+                     "img": list(image.astype(np.float32)), "txt": list(text.astype(np.float32))})
+
+
+def scored(source, out, params=None, **scale):
+    summary = api.score(source, out, method="clip", params=params, columns=COLUMNS, seed=3,
+                        cache_dir=False, scale=ScaleOptions(**scale) if scale else None)
+    return summary.output
+
+
+def clean_prob(path):
+    files = sorted(Path(path).glob("*.parquet")) if Path(path).is_dir() else [Path(path)]
+    return np.concatenate([np.asarray(pq.read_table(f).column("clean_prob").to_pylist())
+                           for f in files])
+
+
+def test_a_cross_fitted_corpus_averages_the_four_widths(tmp_path, rng):
+    pq.write_table(wide_table(240, rng), tmp_path / "in.parquet")  # 240 entries < 0.25 x 1,024
+    averaged = scored(tmp_path / "in.parquet", tmp_path / "auto.parquet")
+    report = json.loads(Path(f"{averaged}.json").read_text())["report"]
+    assert report["rank"] == "cross-fitted (10 folds)"
+    assert report["widths"]["averaged"] == list(WIDTHS)
+    assert report["alignment"]["dims"] == 128  # the columns are 128 directions'
+    each = [clean_prob(scored(tmp_path / "in.parquet", tmp_path / f"{w}.parquet",
+                              {"align_dims": w})) for w in WIDTHS]
+    assert not np.allclose(each[0], each[-1])
+    assert np.allclose(clean_prob(averaged), np.mean(each, axis=0), atol=1e-6)
+    in_sample = scored(tmp_path / "in.parquet", tmp_path / "in-sample.parquet",
+                       {"rank": "in-sample"})
+    assert "widths" not in json.loads(Path(f"{in_sample}.json").read_text())["report"]
+
+
+def test_four_widths_are_refused_where_they_cannot_be_averaged(tmp_path, rng):
+    pq.write_table(wide_table(240, rng), tmp_path / "in.parquet")
+    for params in ({"align_widths": "four", "align_dims": 64},
+                   {"align_widths": "four", "keep_fraction": 0.5},
+                   {"align_widths": "four", "align": "none"}):
+        with pytest.raises(BadOptionError):
+            scored(tmp_path / "in.parquet", tmp_path / "out.parquet", params)
+
+
+def test_a_saved_fit_applies_the_average_of_its_widths(tmp_path, rng):
+    write_shards(wide_table(400, rng), tmp_path / "in", 2)
+    out = scored(tmp_path / "in", tmp_path / "out", fit_sample=240, save_fit=tmp_path / "fit")
+    fit = load_fit(tmp_path / "fit")
+    assert fit.meta["averaged_widths"] == list(WIDTHS)
+    applied = sample_positions(fit, out) < 0
+    assert applied.sum() == 160
+    each = [clean_prob(scored(tmp_path / "in", tmp_path / f"out-{w}", {"align_dims": w},
+                              fit_sample=240)) for w in WIDTHS]
+    low, high = fit.arrays["table.x"][[0, -1]]  # the sample's own range holds applied pairs
+    expected = np.clip(np.mean(each, axis=0), low, high)
+    assert np.allclose(clean_prob(out)[applied], expected[applied], atol=1e-6)
