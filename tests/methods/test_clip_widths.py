@@ -45,6 +45,7 @@ def clean_prob(path):
                            for f in files])
 
 
+@pytest.mark.slow  # 27 s here: `make test-all` runs it
 def test_a_cross_fitted_corpus_averages_the_four_widths(tmp_path, rng):
     pq.write_table(wide_table(240, rng), tmp_path / "in.parquet")  # 240 entries < 0.25 x 1,024
     averaged = scored(tmp_path / "in.parquet", tmp_path / "auto.parquet")
@@ -70,6 +71,7 @@ def test_four_widths_are_refused_where_they_cannot_be_averaged(tmp_path, rng):
             scored(tmp_path / "in.parquet", tmp_path / "out.parquet", params)
 
 
+@pytest.mark.slow  # 20 s here: `make test-all` runs it
 def test_a_saved_fit_applies_the_average_of_its_widths(tmp_path, rng):
     write_shards(wide_table(400, rng), tmp_path / "in", 2)
     out = scored(tmp_path / "in", tmp_path / "out", fit_sample=240, save_fit=tmp_path / "fit")
