@@ -110,16 +110,21 @@ def precision(variant: str = DEFAULT_VARIANT, device: str = "cpu") -> str:
 
 
 @functools.cache
-def native_bf16() -> bool:
-    """Whether this processor multiplies bfloat16 in hardware (Linux's ``avx512_bf16`` or
-    ``amx_bf16`` flag); oneDNN emulates it elsewhere, slower than fp32. Read once per process
-    (every :func:`precision` asks)."""
+def cpu_flags() -> frozenset[str]:
+    """This processor's feature flags as Linux lists them (empty where it does not). Read once
+    per process (every :func:`precision` asks)."""
     try:
         with open("/proc/cpuinfo") as info:
-            flags = next((line for line in info if line.startswith("flags")), "").split()
+            return frozenset(next((line for line in info if line.startswith("flags")),
+                                  "").split())
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        return frozenset()
+
+
+def native_bf16() -> bool:
+    """Whether this processor multiplies bfloat16 in hardware (Linux's ``avx512_bf16`` or
+    ``amx_bf16`` flag); oneDNN emulates it elsewhere, slower than fp32."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def _runs(variant: str) -> dict[str, bool]:

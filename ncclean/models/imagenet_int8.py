@@ -53,12 +53,9 @@ def available() -> bool:
 
 def _amx_int8() -> bool:
     """Whether this processor has AMX's int8 tiles (Linux's ``amx_int8`` flag)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return "amx_int8" in next((line for line in info if line.startswith("flags")),
-                                      "").split()
-    except OSError:
-        return False
+    from ncclean.models.imagenet import cpu_flags
+
+    return "amx_int8" in cpu_flags()
 
 
 @dataclass
