@@ -1,6 +1,9 @@
-"""Where ncclean computes: the device a run asks for, checked, and made deterministic."""
+"""Where ncclean computes: the device a run asks for, checked, and made deterministic; the
+processor's features."""
 
 from __future__ import annotations
+
+import functools
 
 
 def resolve_device(device: str) -> str:
@@ -35,3 +38,15 @@ def deterministic_cuda() -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This processor's feature flags as Linux lists them (empty where it does not). Read once
+    per process (the image tower asks at every batch size it chooses a precision for)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return frozenset(next((line for line in info if line.startswith("flags")),
+                                  "").split())
+    except OSError:
+        return frozenset()

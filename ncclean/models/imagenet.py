@@ -24,7 +24,6 @@ partition on 99.14% of pairs, int8 on 97.03% (``benchmarks/results/image-tower.m
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ncclean.device import cpu_flags
 from ncclean.errors import NcCleanError
 from ncclean.progress import Progress, no_progress
 
@@ -107,18 +107,6 @@ def precision(variant: str = DEFAULT_VARIANT, device: str = "cpu") -> str:
         raise NcCleanError(f"NCCLEAN_IMAGE_PRECISION={asked}: this machine's torch or processor, "
                            f"or EfficientNet-{variant.title()}, has no {asked} path; use fp32")
     return asked
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """This processor's feature flags as Linux lists them (empty where it does not). Read once
-    per process (every :func:`precision` asks)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return frozenset(next((line for line in info if line.startswith("flags")),
-                                  "").split())
-    except OSError:
-        return frozenset()
 
 
 def native_bf16() -> bool:

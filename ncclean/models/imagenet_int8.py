@@ -53,7 +53,7 @@ def available() -> bool:
 
 def _amx_int8() -> bool:
     """Whether this processor has AMX's int8 tiles (Linux's ``amx_int8`` flag)."""
-    from ncclean.models.imagenet import cpu_flags
+    from ncclean.device import cpu_flags
 
     return "amx_int8" in cpu_flags()
 
