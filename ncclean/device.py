@@ -43,7 +43,7 @@ def deterministic_cuda() -> None:
 @functools.cache
 def cpu_flags() -> frozenset[str]:
     """This processor's feature flags as Linux lists them (empty where it does not). Read once
-    per process (the image tower asks at every batch size it chooses a precision for)."""
+    per process: the image tower asks whenever it picks its arithmetic."""
     try:
         with open("/proc/cpuinfo") as info:
             return frozenset(next((line for line in info if line.startswith("flags")),
