@@ -8,8 +8,9 @@ default within 0.005 of every variant on each noisy corpus (``benchmarks/results
 ``run`` scores each noisy embedded corpus (``inject-noise`` wrote ``noisy_gt``; ``image_emb`` /
 ``text_emb``) with ``clip``'s defaults, reads from the run record what the rules chose (rank,
 trust or discount, ridge, directions), then once per other value of each rule: ``rank``,
-``conventions``, ``align_ridge`` (10, 30, 100, 300) and ``align_dims`` (32, 64, 128, 256);
-significance and pseudo-captions off. One JSON line per corpus file. ``table`` averages the
+``conventions``, ``align_ridge`` (10, 30, 100, 300) and ``align_dims`` (32, 64, 128, 256, or
+``four``: the four widths' ``clean_prob`` averaged, ``align_widths``); significance and
+pseudo-captions off. One JSON line per corpus file. ``table`` averages the
 lines of each ``NAME`` and prints the default against the best variant.
 """
 
@@ -27,7 +28,12 @@ from ncclean import api
 from ncclean.api import RunOptions, StageOptions
 
 FLIPS = {"rank": ("in-sample", "cross-fitted"), "conventions": ("trust", "discount"),
-         "align_ridge": (10.0, 30.0, 100.0, 300.0), "align_dims": (32, 64, 128, 256)}
+         "align_ridge": (10.0, 30.0, 100.0, 300.0), "align_dims": (32, 64, 128, 256, "four")}
+
+
+def flipped(rule: str, value) -> dict:
+    """``clip``'s parameters for one flip: ``align_dims=four`` is ``align_widths=four``."""
+    return {"align_widths": "four"} if value == "four" else {rule: value}
 
 
 def score(path: Path, seed: int, params: dict, work: Path) -> tuple[float, dict]:
@@ -40,7 +46,7 @@ def score(path: Path, seed: int, params: dict, work: Path) -> tuple[float, dict]
     chosen = {"rank": "cross-fitted" if "cross" in report.get("rank", "") else "in-sample",
               "conventions": "trust" if trusted else "discount",
               "align_ridge": report["alignment"]["ridge"],
-              "align_dims": report["alignment"]["dims"]}
+              "align_dims": "four" if "widths" in report else report["alignment"]["dims"]}
     return round(summary.detection["auroc"], 4), chosen
 
 
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> None:
             for value in values:
                 if value != chosen[rule]:
                     row[f"{rule}={value:g}" if isinstance(value, float) else f"{rule}={value}"] = \
-                        score(Path(path), seed, {rule: value}, args.work)[0]
+                        score(Path(path), seed, flipped(rule, value), args.work)[0]
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
@@ -79,7 +85,8 @@ def table(args: argparse.Namespace) -> None:
         best = max(means, key=means.get)
         chosen = rows[0]["chosen"]
         choice = (f"{chosen['rank']}, {chosen['conventions']}, ridge {chosen['align_ridge']:g}, "
-                  f"{chosen['align_dims']} directions")
+                  ("four widths averaged" if chosen["align_dims"] == "four"
+                   else f"{chosen['align_dims']} directions"))
         gap = means["default"] - means[best]
         mark = "**" if gap < -0.005 else ""
         print(f"| {corpus} | {len(rows)} | {choice} | {means['default']:.4f} | {best} | "
