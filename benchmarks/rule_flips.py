@@ -84,9 +84,10 @@ def table(args: argparse.Namespace) -> None:
         means = {k: float(np.mean([r[k] for r in rows])) for k in shared}
         best = max(means, key=means.get)
         chosen = rows[0]["chosen"]
-        choice = (f"{chosen['rank']}, {chosen['conventions']}, ridge {chosen['align_ridge']:g}, "
-                  ("four widths averaged" if chosen["align_dims"] == "four"
-                   else f"{chosen['align_dims']} directions"))
+        width = ("four widths averaged" if chosen["align_dims"] == "four"
+                 else f"{chosen['align_dims']} directions")
+        choice = (f"{chosen['rank']}, {chosen['conventions']}, "
+                  f"ridge {chosen['align_ridge']:g}, {width}")
         gap = means["default"] - means[best]
         mark = "**" if gap < -0.005 else ""
         print(f"| {corpus} | {len(rows)} | {choice} | {means['default']:.4f} | {best} | "
