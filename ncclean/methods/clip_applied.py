@@ -12,12 +12,14 @@ import numpy as np
 from ncclean.methods import neighbours as near
 from ncclean.methods.align import Alignment
 from ncclean.methods.applied import Application, Kept, signal_table
+from ncclean.methods.clip_widths import PRIMARY, WIDTHS
 from ncclean.methods.scripts import ScriptCentring
 from ncclean.methods.unit import raw_embeddings
 from ncclean.models.features import Features
 from ncclean.train.scoring import Embeddings, embed
 
-#: The prefix of each averaged width's arrays in a saved fit (``widths.0.align.image_mean``).
+#: The prefix of each averaged width's arrays in a saved fit (``widths.0.align.image_mean``;
+#: the primary width's are the fit's own, only its table prefixed).
 MEMBER = "widths."
 
 
@@ -39,14 +41,20 @@ class ClipSimilarity(Application):
         kept = self._keep_one(result, clean_prob, caption_key)
         if not result.members:
             return kept
-        # clip_widths' average: each width kept whole, its own table with it; the signal of a
-        # pair is then the mean of the widths' probabilities, which is its clean_prob
+        # clip_widths' average: each width kept whole with its own table (the primary width's
+        # arrays are the fit's own, so stored once); the signal of a pair is then the mean of
+        # the widths' probabilities, which is its clean_prob
+        primary = WIDTHS.index(PRIMARY)
         for k, member in enumerate(result.members):
-            one = self._keep_one(replace(member, scripts=None), member.clean_prob, caption_key)
-            kept.arrays |= {f"{MEMBER}{k}.{name}": value for name, value in one.arrays.items()}
+            one = kept if k == primary else self._keep_one(replace(member, scripts=None),
+                                                           member.clean_prob, caption_key)
+            if k != primary:
+                kept.arrays |= {f"{MEMBER}{k}.{name}": value for name, value in
+                                one.arrays.items()}
             kept.arrays[f"{MEMBER}{k}.table.x"], kept.arrays[f"{MEMBER}{k}.table.y"] = \
-                signal_table(one.signal, one.prob)
+                signal_table(one.signal, member.clean_prob)
         kept.meta["averaged_widths"] = [member.alignment.dims for member in result.members]
+        kept.meta["averaged_primary"] = primary
         kept.meta["signal"] = f"the mean clean_prob of {len(result.members)} widths"
         prob = np.asarray(clean_prob, np.float64)
         return replace(kept, signal=prob, prob=prob)
@@ -98,16 +106,23 @@ class ClipSimilarity(Application):
     def signal(self, arrays, meta, features, embeddings, columns, new, caption_key) -> np.ndarray:
         if "averaged_widths" not in meta:
             return self._signal_one(arrays, features, embeddings, columns, new, caption_key)
-        self._signal_one(arrays, features, embeddings, columns, new, caption_key)  # the columns
+        primary = meta.get("averaged_primary")  # absent: every width's arrays are prefixed
+        if primary is None:
+            self._signal_one(arrays, features, embeddings, columns, new, caption_key)
         probs = []
         for k in range(len(meta["averaged_widths"])):
             prefix = f"{MEMBER}{k}."
-            one = {name[len(prefix):]: value for name, value in arrays.items()
+            own = {name[len(prefix):]: value for name, value in arrays.items()
                    if name.startswith(prefix)}
-            scratch = {name: np.empty_like(column) for name, column in columns.items()}
-            signal = self._signal_one(one, features, self.embeddings(one, None, features, "cpu"),
-                                      scratch, new, caption_key)
-            probs.append(np.interp(signal, one["table.x"], one["table.y"]))
+            if k == primary:  # the fit's own arrays and embeddings, its columns the output's
+                signal = self._signal_one(arrays, features, embeddings, columns, new,
+                                          caption_key)
+            else:
+                scratch = {name: np.empty_like(column) for name, column in columns.items()}
+                signal = self._signal_one(own, features,
+                                          self.embeddings(own, None, features, "cpu"), scratch,
+                                          new, caption_key)
+            probs.append(np.interp(signal, own["table.x"], own["table.y"]))
         return np.mean(probs, axis=0)
 
     def _signal_one(self, arrays, features, embeddings, columns, new, caption_key) -> np.ndarray:

@@ -77,6 +77,11 @@ def test_a_saved_fit_applies_the_average_of_its_widths(tmp_path, rng):
     out = scored(tmp_path / "in", tmp_path / "out", fit_sample=240, save_fit=tmp_path / "fit")
     fit = load_fit(tmp_path / "fit")
     assert fit.meta["averaged_widths"] == list(WIDTHS)
+    primary = WIDTHS.index(128)  # its arrays are the fit's own, kept once
+    assert fit.meta["averaged_primary"] == primary
+    assert f"widths.{primary}.table.x" in fit.arrays
+    assert f"widths.{primary}.align.image_projection" not in fit.arrays
+    assert "widths.0.align.image_projection" in fit.arrays
     applied = sample_positions(fit, out) < 0
     assert applied.sum() == 160
     each = [clean_prob(scored(tmp_path / "in", tmp_path / f"out-{w}", {"align_dims": w},
