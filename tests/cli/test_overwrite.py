@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.cli.test_contract import one_line, run
+from tests.cli.test_contract import CLIP, embedding_corpus, one_line, run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clipart-300.parquet"
 
@@ -25,15 +25,13 @@ def test_score_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
 
 
 def test_a_rerun_replaces_its_own_output_and_overwrite_replaces_any(tmp_path, capsys):
-    shutil.copy(EXAMPLE, tmp_path / "pairs.parquet")
+    pairs = embedding_corpus(tmp_path / "pairs.parquet")
     out = tmp_path / "scored.parquet"
     for _ in range(2):
-        code, _, err = run(capsys, "score", tmp_path / "pairs.parquet", "-o", out,
-                           "--method", "clip", "--no-cache")
+        code, _, err = run(capsys, "score", pairs, "-o", out, *CLIP)
         assert code == 0, err
     mine = tmp_path / "mine.parquet"
     shutil.copy(EXAMPLE, mine)
-    code, _, err = run(capsys, "score", tmp_path / "pairs.parquet", "-o", mine, "--overwrite",
-                       "--method", "clip", "--no-cache")
+    code, _, err = run(capsys, "score", pairs, "-o", mine, "--overwrite", *CLIP)
     assert code == 0, err
     assert mine.read_bytes() != EXAMPLE.read_bytes()
