@@ -38,16 +38,19 @@ def test_a_pyarrow_table_comes_back_with_every_row_scored():
 @pytest.mark.parametrize("kind", ["pandas", "polars"])
 def test_dataframes_are_tables_too(kind):
     module = pytest.importorskip(kind)
-    table = renamed()
+    table = vector_table(120, noise=0.3, seed=4)
     frame = table.to_pandas() if kind == "pandas" else module.from_arrow(table)
-    rows = api.score(frame, caption_col="text", image_col="jpg", method="clip",
+    rows = api.score(frame, image_emb_col="img", text_emb_col="txt", method="clip",
                      cache_dir=False).rows
     assert rows.num_rows == table.num_rows
+    assert rows.column("id").to_pylist() == table.column("id").to_pylist()
 
 
 def test_a_path_gives_its_rows_too_and_anything_else_is_one_line(tmp_path):
-    result = api.score(EXAMPLE, tmp_path / "s.parquet", method="clip", cache_dir=False)
-    assert result.rows.num_rows == pq.read_metadata(EXAMPLE).num_rows
+    pq.write_table(vector_table(120, noise=0.3, seed=2), tmp_path / "pairs.parquet")
+    result = api.score(tmp_path / "pairs.parquet", tmp_path / "s.parquet", method="clip",
+                       cache_dir=False, image_emb_col="img", text_emb_col="txt")
+    assert result.rows.num_rows == 120
     with pytest.raises(BadOptionError, match="cannot read a builtins.dict"):
         api.score({"caption": ["a"]}, method="clip")
 
