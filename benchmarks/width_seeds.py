@@ -5,7 +5,7 @@ and does averaging the widths' clean probabilities hold on every corpus
     python benchmarks/width_seeds.py NAME=EMBEDDED.parquet[:SIZE] ... --seeds 0 1 2 \\
         --work W --out widths.jsonl
     python benchmarks/width_seeds.py NAME=NOISY.parquet@SEED ... --work W --out widths.jsonl
-    python benchmarks/width_seeds.py --table widths.jsonl
+    python benchmarks/width_seeds.py --table widths.jsonl [--only NAME ...]
 
 The first form draws ``SIZE`` rows of an embedded corpus (``rule_variants.py``'s seeded subset;
 all of it without ``:SIZE``) and moves 30% and 50% of its captions' images at each seed
@@ -15,7 +15,9 @@ all of it without ``:SIZE``) and moves 30% and 50% of its captions' images at ea
 off), and one JSON line holds each width's AUROC and two averages of the four: of the pairs'
 ``clean_prob`` (``mean_prob``) and of their ranks (``mean_rank``). A rerun skips the lines
 already in ``--out``. ``--table`` prints each corpus's mean and the gain over 128 with its
-standard error across runs.
+standard error across runs, then the choice left one corpus out: the option (a width, or
+``mean_rank``) with the least mean shortfall from the best option on the other corpora, and its
+shortfall on the one left out (``--only``: these corpora alone).
 """
 
 from __future__ import annotations
@@ -81,13 +83,15 @@ def run(args: argparse.Namespace) -> None:
             print(json.dumps(row), flush=True)
 
 
-def table(path: Path) -> None:
+def table(path: Path, only: list[str] | None = None) -> None:
     runs: dict[str, list[dict]] = defaultdict(list)
     for row in map(json.loads, path.read_text().splitlines()):
-        runs[row["corpus"]].append(row)
+        if not only or row["corpus"] in only:
+            runs[row["corpus"]].append(row)
     keys = [str(w) for w in WIDTHS] + ["mean_prob", "mean_rank"]  # mean_prob may be missing
     print("| corpus | runs | " + " | ".join(keys) + " | best width - 128 | mean_rank - best |")
     print("|---|---|" + "---|" * (len(keys) + 2))
+    shortfall = {}
     for corpus, rows in runs.items():
         means = {k: float(np.mean([r[k] for r in rows if k in r] or [np.nan])) for k in keys}
         best = max((str(w) for w in WIDTHS), key=means.get)
@@ -97,6 +101,15 @@ def table(path: Path) -> None:
               + " | ".join("-" if np.isnan(means[k]) else f"{means[k]:.4f}" for k in keys)
               + f" | {best}: {gain.mean():+.4f} ± {error:.4f} | "
               f"{means['mean_rank'] - means[best]:+.4f} |")
+        options = [str(w) for w in WIDTHS] + ["mean_rank"]
+        top = max(means[k] for k in options)
+        shortfall[corpus] = {k: means[k] - top for k in options}
+    print("\n| left out | chosen on the others | its shortfall there |")
+    print("|---|---|---|")
+    for corpus, own in shortfall.items():
+        others = [shortfall[c] for c in shortfall if c != corpus]
+        chosen = max(own, key=lambda k: np.mean([o[k] for o in others]))
+        print(f"| {corpus} | {chosen} | {own[chosen]:+.4f} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,9 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("width-seeds-work"))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--table", type=Path, help="print the table of these runs")
+    parser.add_argument("--only", nargs="+", help="with --table: these corpora alone")
     args = parser.parse_args(argv)
     if args.table:
-        table(args.table)
+        table(args.table, args.only)
     elif args.out and args.corpora:
         run(args)
     else:
