@@ -19,8 +19,9 @@ are estimated from, counted in widths (the vectors' summed width).
 - Below that, its in-sample fit memorises: a pair's own memorisation is discounted and the
   ridge is :data:`RIDGE`; below :data:`SMALL_FIT_WIDTHS` widths of entries (any corpus), pairs
   are ranked cross-fitted.
-- Where pairs are ranked cross-fitted, ``clip`` averages fits of four widths instead of keeping
-  :data:`DIMS` directions (:mod:`ncclean.methods.clip_widths`).
+- Where pairs are ranked cross-fitted, or there are fewer than :data:`TRUSTED_FIT_WIDTHS` widths
+  of entries, ``clip`` averages fits of four widths instead of keeping :data:`DIMS` directions
+  (:mod:`ncclean.methods.clip_widths`).
 
 Why: a corpus of collection labels gives the CCA a few caption directions that many pairs carry;
 a small in-sample fit learns its noisy pairs' labels as descriptions, and the stronger ridge
@@ -95,10 +96,16 @@ class CorpusShape:
         return self.entries >= widths * self.width
 
     @property
+    def few_entries(self) -> bool:
+        """Whether the entries are fewer than :data:`TRUSTED_FIT_WIDTHS` widths (a fit on them
+        is never trusted, and ``clip`` averages its widths)."""
+        return not self._entries_from(TRUSTED_FIT_WIDTHS)
+
+    @property
     def trusted(self) -> bool:
         """Whether a fit on these pairs is trusted: no conventions, and at least
         :data:`TRUSTED_FIT_WIDTHS` widths of entries."""
-        return not self.has_conventions and self._entries_from(TRUSTED_FIT_WIDTHS)
+        return not self.has_conventions and not self.few_entries
 
     @property
     def discounts(self) -> bool:

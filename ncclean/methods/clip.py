@@ -129,8 +129,9 @@ class Clip(Method):
         "(benchmarks/results/neighbours.md).",
         "Before the CCA, each writing system's caption vectors are shifted to the corpus's mean "
         "where two or more systems carry enough pairs (benchmarks/results/languages.md).",
-        "Where pairs are ranked cross-fitted, clean_prob is the mean of four fits keeping 32, "
-        "64, 128 and 256 directions (align_widths; benchmarks/results/rules.md).",
+        "Where pairs are ranked cross-fitted or the fit has fewer distinct captions or images "
+        "than the vectors' summed width, clean_prob is the mean of four fits keeping 32, 64, "
+        "128 and 256 directions (align_widths; benchmarks/results/rules.md).",
     )
 
     keep_fraction: float | None = param(
@@ -152,7 +153,9 @@ class Clip(Method):
     align_widths: Literal["auto", "one", "four"] = param(
         "auto", help="with a CCA: one fit of align_dims directions (one), or clean_prob "
         f"averaged over fits of {', '.join(map(str, WIDTHS))} directions (four); auto averages "
-        "where pairs are ranked cross-fitted (see rank) and align_dims is not given")
+        "where pairs are ranked cross-fitted (see rank) or the distinct captions or images are "
+        f"fewer than {TRUSTED_FIT_WIDTHS} times the two vectors' summed width, and align_dims is "
+        "not given")
     align_ridge: float | None = param(
         None, low=0, rule=f"{TRUSTED_RIDGE:g} for a trusted fit (see conventions), "
         f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
@@ -360,8 +363,8 @@ class Clip(Method):
         if self.align_dims is not None or self.keep_fraction is not None \
                 or not self._cca_on_vectors(features, context):
             return False
-        return self._cross_fits(CorpusShape.of(features.image_group, features.text_group,
-                                               _width(features)))
+        shape = CorpusShape.of(features.image_group, features.text_group, _width(features))
+        return self._cross_fits(shape) or shape.few_entries
 
     def _cross_fits(self, shape: CorpusShape) -> bool:
         """Whether pairs are ranked by CCA fits that did not see them (``rank``;

@@ -1,13 +1,16 @@
 """``clip``'s average over the CCA's widths: where a corpus is small enough that its pairs are
-ranked by fits that did not see them, ``clean_prob`` is the mean of four fits' that keep 32, 64,
-128 and 256 directions.
+ranked by fits that did not see them, or its fit has fewer distinct captions or images than the
+vectors' summed width (:attr:`~ncclean.methods.cca_rules.CorpusShape.few_entries`),
+``clean_prob`` is the mean of four fits' that keep 32, 64, 128 and 256 directions.
 
-On a few hundred pairs the width that ranks noise best depends on the corpus and no signal of
-the corpus tells which: clip art's example and AppStream's programs want 32-64 directions (up to
-+0.018 AUROC over 128), Material Design's and Tabler's icons 256 (+0.004). The mean of the four
-widths' ``clean_prob`` is within 0.005 of the best width on every cross-fitted corpus measured,
-and loses up to 0.008 to 256 directions where a fit of names is ranked in sample
-(``benchmarks/results/rules.md``, "The width over many seeds").
+On up to a few thousand pairs the width that ranks noise best depends on the corpus and no
+signal of the corpus tells which: clip art's example and AppStream's programs want 32-64
+directions (up to +0.018 AUROC over 128), Material Design's and Tabler's icons 256 (+0.004 to
++0.005). The mean of the four widths' ``clean_prob`` is within 0.005 of the best width on every
+cross-fitted corpus measured, and on six of eight ranked in sample (the best on four), where it
+loses up to 0.008 to 256 directions on 1,000 icons' names and 128 directions alone miss on
+three, by up to 0.015 (``benchmarks/results/rules.md``, "The width over many seeds" and "The
+four widths where a fit is ranked in sample").
 
 Each width is a whole ``clip`` fit (its CCA, discount, neighbours' weights and null); the
 widths' CCAs of the same pairs are solved once and cut (:func:`~ncclean.methods.align.

@@ -35,6 +35,10 @@ def cross_fits(image_group, text_group, width):
     return CorpusShape.of(image_group, text_group, width).cross_fits
 
 
+def few_entries(image_group, text_group, width):
+    return CorpusShape.of(image_group, text_group, width).few_entries
+
+
 def test_conventions_are_captions_three_or_more_pairs_share():
     twins = np.repeat(np.arange(50), 2)  # each picture drawn twice, one name: no convention
     assert convention_share(twins) == 0.0 and not has_conventions(twins)
@@ -65,3 +69,9 @@ def test_a_trusted_fit_keeps_more_directions_from_two_widths_and_a_weaker_ridge_
     assert dims(PICTURES, NAMES, 501) == 128
     assert ridge(PICTURES, NAMES, 333) == WIDE_RIDGE and ridge(PICTURES, NAMES, 334) == 30.0
     assert dims(PICTURES, COLLECTION, 10) == 128  # conventions: never
+
+
+def test_fewer_entries_than_the_width_are_few_whatever_the_captions():
+    assert not few_entries(PICTURES, NAMES, 1000) and few_entries(PICTURES, NAMES, 1001)
+    assert few_entries(PICTURES % 500, NAMES, 800)  # 500 distinct pictures
+    assert not few_entries(PICTURES, COLLECTION, 901) and few_entries(PICTURES, COLLECTION, 902)

@@ -20,13 +20,13 @@ from tests.pipeline.corpora import write_shards
 COLUMNS = Columns(image_emb="img", text_emb="txt")
 
 
-def wide_table(n, rng, noisy=0.3):
+def wide_table(n, rng, noisy=0.3, widths=(640, 384)):
     """Image vectors 640 wide and caption vectors 384 wide (so every width differs, and 240
     pairs are ranked cross-fitted) that see one latent through different maps; a share
     ``noisy`` of the captions belong to other images."""
     latent = rng.normal(size=(n, 8))
-    image = latent @ rng.normal(size=(8, 640)) + 2.0 * rng.normal(size=(n, 640))
-    text = latent @ rng.normal(size=(8, 384)) + 2.0 * rng.normal(size=(n, 384))
+    image = latent @ rng.normal(size=(8, widths[0])) + 2.0 * rng.normal(size=(n, widths[0]))
+    text = latent @ rng.normal(size=(8, widths[1])) + 2.0 * rng.normal(size=(n, widths[1]))
     moved = rng.permutation(n)[:int(noisy * n)]
     text[moved] = text[np.roll(moved, 1)]
     return pa.table({"id": [f"p{i}" for i in range(n)], "caption": [f"c{i}" for i in range(n)],
@@ -58,8 +58,15 @@ def test_a_cross_fitted_corpus_averages_the_four_widths(tmp_path, rng):
     assert not np.allclose(each[0], each[-1])
     assert np.allclose(clean_prob(averaged), np.mean(each, axis=0), atol=1e-6)
     in_sample = scored(tmp_path / "in.parquet", tmp_path / "in-sample.parquet",
-                       {"rank": "in-sample"})
-    assert "widths" not in json.loads(Path(f"{in_sample}.json").read_text())["report"]
+                       {"rank": "in-sample"})  # fewer entries than the width: still averaged
+    assert "widths" in json.loads(Path(f"{in_sample}.json").read_text())["report"]
+
+
+def test_a_fit_with_a_width_of_entries_keeps_one_width(tmp_path, rng):
+    pq.write_table(wide_table(240, rng, widths=(96, 64)), tmp_path / "in.parquet")
+    report = json.loads(Path(f"{scored(tmp_path / 'in.parquet', tmp_path / 'out.parquet')}.json")
+                        .read_text())["report"]  # 240 entries >= 160: ranked in sample, trusted
+    assert "widths" not in report and report["alignment"]["dims"] == 64
 
 
 def test_four_widths_are_refused_where_they_cannot_be_averaged(tmp_path, rng):
