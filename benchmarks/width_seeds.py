@@ -15,8 +15,8 @@ all of it without ``:SIZE``) and moves 30% and 50% of its captions' images at ea
 off), and one JSON line holds each width's AUROC and two averages of the four: of the pairs'
 ``clean_prob`` (``mean_prob``) and of their ranks (``mean_rank``). A rerun skips the lines
 already in ``--out``. ``--table`` prints each corpus's mean and the gain over 128 with its
-standard error across runs, then the choice left one corpus out: the option (a width, or
-``mean_rank``) with the least mean shortfall from the best option on the other corpora, and its
+standard error across runs, then the choice left one corpus out: the option (a width or an
+average) with the least mean shortfall from the best option on the other corpora, and its
 shortfall on the one left out (``--only``: these corpora alone).
 """
 
@@ -101,14 +101,14 @@ def table(path: Path, only: list[str] | None = None) -> None:
               + " | ".join("-" if np.isnan(means[k]) else f"{means[k]:.4f}" for k in keys)
               + f" | {best}: {gain.mean():+.4f} ± {error:.4f} | "
               f"{means['mean_rank'] - means[best]:+.4f} |")
-        options = [str(w) for w in WIDTHS] + ["mean_rank"]
+        options = [k for k in keys if not np.isnan(means[k])]
         top = max(means[k] for k in options)
         shortfall[corpus] = {k: means[k] - top for k in options}
     print("\n| left out | chosen on the others | its shortfall there |")
     print("|---|---|---|")
     for corpus, own in shortfall.items():
         others = [shortfall[c] for c in shortfall if c != corpus]
-        chosen = max(own, key=lambda k: np.mean([o[k] for o in others]))
+        chosen = max(own, key=lambda k: np.mean([o.get(k, np.nan) for o in others]))
         print(f"| {corpus} | {chosen} | {own[chosen]:+.4f} |")
 
 
