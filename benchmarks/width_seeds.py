@@ -108,7 +108,7 @@ def table(path: Path, only: list[str] | None = None) -> None:
     print("|---|---|---|")
     for corpus, own in shortfall.items():
         others = [shortfall[c] for c in shortfall if c != corpus]
-        chosen = max(own, key=lambda k: np.mean([o.get(k, np.nan) for o in others]))
+        chosen = max(own, key=lambda k: np.nanmean([o.get(k, np.nan) for o in others]))
         print(f"| {corpus} | {chosen} | {own[chosen]:+.4f} |")
 
 
