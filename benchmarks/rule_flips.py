@@ -10,8 +10,8 @@ default within 0.005 of every variant on each noisy corpus (``benchmarks/results
 trust or discount, ridge, directions), then once per other value of each rule: ``rank``,
 ``conventions``, ``align_ridge`` (10, 30, 100, 300) and ``align_dims`` (32, 64, 128, 256, or
 ``four``: the four widths' ``clean_prob`` averaged, ``align_widths``); significance and
-pseudo-captions off. One JSON line per corpus file. ``table`` averages the
-lines of each ``NAME`` and prints the default against the best variant.
+pseudo-captions off. One JSON line per corpus file (``--flips``: only those named). ``table``
+averages the lines of each ``NAME`` and prints the default against the best variant.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> None:
                "commit": commit}
         for rule, values in FLIPS.items():
             for value in values:
-                if value != chosen[rule]:
-                    row[f"{rule}={value:g}" if isinstance(value, float) else f"{rule}={value}"] = \
-                        score(Path(path), seed, flipped(rule, value), args.work)[0]
+                key = f"{rule}={value:g}" if isinstance(value, float) else f"{rule}={value}"
+                if value != chosen[rule] and (not args.flips or key in args.flips):
+                    row[key] = score(Path(path), seed, flipped(rule, value), args.work)[0]
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     runner.add_argument("corpora", nargs="+", help="NAME=NOISY.parquet[@SEED]")
     runner.add_argument("--work", type=Path, default=Path("rule-flips-work"))
     runner.add_argument("--out", type=Path, required=True)
+    runner.add_argument("--flips", nargs="+", help="only these flips (RULE=VALUE, as the table "
+                        "names them), over more seeds")
     shower = sub.add_parser("table")
     shower.add_argument("jsonl", type=Path)
     args = parser.parse_args(argv)
