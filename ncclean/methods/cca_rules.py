@@ -16,9 +16,9 @@ are estimated from, counted in widths (the vectors' summed width).
   no discount, ranked in sample at every size, ridge :data:`TRUSTED_RIDGE` and :data:`DIMS`
   directions; :data:`WIDE_DIMS` directions from :data:`WIDE_DIMS_WIDTHS` widths, and ridge
   :data:`WIDE_RIDGE` from :data:`WIDE_RIDGE_WIDTHS`.
-- Below that, its in-sample fit memorises: a pair's own memorisation is discounted and the
-  ridge is :data:`RIDGE`; below :data:`SMALL_FIT_WIDTHS` widths of entries (any corpus), pairs
-  are ranked cross-fitted.
+- Below that, its in-sample fit memorises: a pair's own memorisation is discounted, the ridge
+  stays :data:`TRUSTED_RIDGE`; below :data:`SMALL_FIT_WIDTHS` widths of entries (any corpus),
+  pairs are ranked cross-fitted, at ridge :data:`RIDGE`.
 - Where pairs are ranked cross-fitted, or there are fewer than :data:`TRUSTED_FIT_WIDTHS` widths
   of entries, ``clip`` averages fits of four widths instead of keeping :data:`DIMS` directions
   (:mod:`ncclean.methods.clip_widths`).
@@ -116,7 +116,7 @@ class CorpusShape:
     @property
     def ridge(self) -> float:
         """``align_ridge=auto``: the CCA's ridge."""
-        if not self.trusted:
+        if self.has_conventions or not self._entries_from(SMALL_FIT_WIDTHS):
             return RIDGE
         return WIDE_RIDGE if self._entries_from(WIDE_RIDGE_WIDTHS) else TRUSTED_RIDGE
 

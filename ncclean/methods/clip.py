@@ -157,9 +157,11 @@ class Clip(Method):
         f"fewer than {TRUSTED_FIT_WIDTHS} times the two vectors' summed width, and align_dims is "
         "not given")
     align_ridge: float | None = param(
-        None, low=0, rule=f"{TRUSTED_RIDGE:g} for a trusted fit (see conventions), "
-        f"{WIDE_RIDGE:g} for one on at least {WIDE_RIDGE_WIDTHS} times the width, else "
-        f"{RIDGE:g}", help="CCA ridge shrinkage")
+        None, low=0, rule=f"{RIDGE:g} in a corpus of conventions (see conventions) or where "
+        f"the distinct captions or images are fewer than {SMALL_FIT_WIDTHS:g} times the two "
+        f"vectors' summed width, {WIDE_RIDGE:g} for a trusted fit on at least "
+        f"{WIDE_RIDGE_WIDTHS} times the width, else {TRUSTED_RIDGE:g}",
+        help="CCA ridge shrinkage")
     neighbours: int | None = param(
         None, low=0, rule=f"{near.K} where a CCA is fitted on at most {near.MAX_PAIRS:,} pairs "
         f"({near.K_CONVENTIONS} in a corpus of conventions, see conventions), else 0",

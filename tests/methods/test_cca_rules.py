@@ -50,7 +50,9 @@ def test_conventions_are_captions_three_or_more_pairs_share():
 def test_names_that_outnumber_the_dimensions_are_trusted_with_the_weak_ridge():
     assert not discounts(PICTURES, NAMES, width=1000)
     assert ridge(PICTURES, NAMES, 1000) == TRUSTED_RIDGE and dims(PICTURES, NAMES, 1000) == 128
-    assert discounts(PICTURES, NAMES, width=1001) and ridge(PICTURES, NAMES, 1001) == RIDGE
+    assert discounts(PICTURES, NAMES, width=1001)  # a quarter to one width: discounted at 30
+    assert ridge(PICTURES, NAMES, 1001) == ridge(PICTURES, NAMES, 4000) == TRUSTED_RIDGE
+    assert ridge(PICTURES, NAMES, 4001) == RIDGE  # below a quarter: cross-fitted, at 100
     assert discounts(PICTURES % 500, NAMES, width=800)  # 500 distinct pictures
     assert not discounts(PICTURES, np.repeat(np.arange(500), 2), width=500)
     assert discounts(PICTURES, COLLECTION, width=10) and ridge(PICTURES, COLLECTION, 10) == RIDGE
