@@ -1,6 +1,6 @@
 """Each of the default's automatic rules flipped one at a time, at the code of the day: is the
 default within 0.005 of every variant on each noisy corpus (``benchmarks/results/rules.md``,
-"Every rule flipped at the current code")?
+"Every rule flipped at ...")?
 
     python benchmarks/rule_flips.py run NAME=NOISY.parquet[@SEED] ... --out flips.jsonl
     python benchmarks/rule_flips.py table flips.jsonl
