@@ -206,8 +206,7 @@ class Clip(Method):
                                  .fit(features, context) for width in WIDTHS])
         config = context.matcher_config
         matcher = alignment = space = raw = moments = centring = None
-        pretrained = context.initial is not None or (config is not None
-                                                     and config.starts_pretrained)
+        pretrained = _pretrained(context)
         if self.conventions in ("discount", "repeated") and not self._cca_on_vectors(
                 features, context):  # before any work: a matcher warmed up from scratch trains
             raise BadOptionError(f"conventions={self.conventions} needs a CCA fitted on the "
@@ -343,10 +342,8 @@ class Clip(Method):
 
     def _cca_on_vectors(self, features: Features, context: Context) -> bool:
         """Whether a CCA is fitted on the corpus's own vector columns (no pretrained model)."""
-        config = context.matcher_config
-        pretrained = context.initial is not None or (config is not None
-                                                     and config.starts_pretrained)
-        return not pretrained and raw_source(config) is not None and self._fits_cca(features)
+        return not _pretrained(context) and raw_source(context.matcher_config) is not None \
+            and self._fits_cca(features)
 
     def _averages_widths(self, features: Features, context: Context) -> bool:
         """Whether ``clean_prob`` is averaged over :data:`~ncclean.methods.clip_widths.WIDTHS`
@@ -424,3 +421,9 @@ class Clip(Method):
 def _width(features: Features) -> int:
     """The image and caption vectors' summed width."""
     return features.image_data.shape[1] + features.text_data.shape[1]
+
+
+def _pretrained(context: Context) -> bool:
+    """Whether the similarity starts from a loaded matcher or a pretrained model."""
+    config = context.matcher_config
+    return context.initial is not None or (config is not None and config.starts_pretrained)
