@@ -62,4 +62,5 @@ def inject_noise(
     kept = s.moved - s.noisy
     note = f"; {kept:,} landed on an identical caption and stay clean" if kept else ""
     out.print(f"  realised   {pct(s.noisy, s.n_pairs)} noisy ({s.noisy:,} pairs{note})")
+    out.print(f"  image side {', '.join(s.image_columns)} (moved together)")
     out.print(f"  wrote      {s.output}, index {s.index_file.name}")

@@ -63,6 +63,7 @@ class NoiseSummary(Summary):
     requested: int
     moved: int
     noisy: int
+    image_columns: tuple[str, ...] = ()
 
     @property
     def realised_ratio(self) -> float:
@@ -89,7 +90,10 @@ def inject_noise(
     """Mismatch a share of the pairs of ``input`` and write the result to ``output``.
 
     Captions stay in their rows; the image side of a row (the image column, ``image_id``, the image
-    embedding and the ``move_with_image`` columns) is replaced by that of its new image. Adds
+    embedding and the ``move_with_image`` columns) is replaced by that of its new image. A column
+    named as ``ncclean embed`` names image vectors (``image_emb``) moves with its image even when
+    ``columns`` does not name it: left behind, the vectors would describe the old picture and
+    every score read from them would be wrong. Adds
     ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image groups
     by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``) and a JSON
     sidecar ``<output>.json``.
@@ -115,6 +119,7 @@ def inject_noise(
     )
     from ncclean.data.schema import IMAGE_ID, NOISY_GT, ORIGINAL_IMAGE_ID
     from ncclean.errors import SchemaError
+    from ncclean.pipeline.embed_job import IMAGE_EMB
     from ncclean.provenance import versions
 
     check_not_foreign(output, overwrite, input)
@@ -142,7 +147,10 @@ def inject_noise(
     else:
         unit, requested = "captions", int(ratio * corpus.n_pairs)
 
-    image_columns = list(dict.fromkeys([*resolved.image_side, *move_with_image]))
+    written_vectors = [IMAGE_EMB] if resolved.image_emb is None \
+        and IMAGE_EMB in source.schema.names else []
+    image_columns = list(dict.fromkeys([*resolved.image_side, *written_vectors,
+                                        *move_with_image]))
     rows = image_rows(caption_to_image, corpus.image_group)
     taken = source.read_columns(image_columns).take(pa.array(rows))
     updates: dict[str, pa.Array | pa.ChunkedArray] = {c: taken.column(c) for c in image_columns}
@@ -160,7 +168,7 @@ def inject_noise(
         input=Path(input), output=out, index_file=index_file, protocol=protocol, ratio=ratio,
         seed=seed, applied_index=Path(index) if index is not None else None,
         n_pairs=corpus.n_pairs, n_images=corpus.n_images, unit=unit, requested=requested,
-        moved=int(moved.sum()), noisy=int(noisy.sum()),
+        moved=int(moved.sum()), noisy=int(noisy.sum()), image_columns=tuple(image_columns),
     )
     write_json(sidecar_path(out),
                {"command": "inject-noise", **summary.as_dict(),

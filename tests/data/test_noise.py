@@ -1,4 +1,5 @@
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -156,6 +157,24 @@ def test_without_image_ids_groups_come_from_content(small_pairs, tmp_path):
     first_note = {0: 1, 1: 3, 2: 4}
     assert table.column("note").to_pylist() == [first_note[g] for g in
                                                 table.column("image_id").to_pylist()]
+
+
+def test_vectors_named_as_embed_names_them_move_with_their_image(small_pairs, tmp_path):
+    """``ncclean embed`` adds ``image_emb`` beside the images: noise injected without naming it
+    must still move it, or the vectors would describe the old pictures."""
+    table = pq.read_table(small_pairs)
+    vectors = [[float(i), 0.0] for i in range(table.num_rows)]
+    table = table.append_column("image_emb", pa.array(vectors, pa.list_(pa.float32())))
+    pq.write_table(table, tmp_path / "embedded.parquet")
+    summary = api.inject_noise(tmp_path / "embedded.parquet", tmp_path / "noisy.parquet",
+                               ratio=1.0, seed=0)
+    noisy = pq.read_table(tmp_path / "noisy.parquet")
+    assert summary.image_columns == ("image", "image_emb")
+    first_vector = {0: [0.0, 0.0], 1: [2.0, 0.0], 2: [3.0, 0.0]}
+    assert noisy.column("image_emb").to_pylist() == [first_vector[g] for g in
+                                                     noisy.column("image_id").to_pylist()]
+    # moved rows carry another image's vector
+    assert noisy.column("image_emb").to_pylist() != vectors
 
 
 def test_per_image_protocol_end_to_end(shapes, tmp_path):
