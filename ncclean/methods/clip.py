@@ -73,6 +73,7 @@ from ncclean.methods.cca_rules import (
     CorpusShape,
 )
 from ncclean.methods.clip_applied import ClipSimilarity
+from ncclean.methods.clip_posterior import read_posterior, top_fraction
 from ncclean.methods.clip_widths import WIDTHS, averaged
 from ncclean.methods.conventions import (
     convention_discount,
@@ -80,7 +81,6 @@ from ncclean.methods.conventions import (
     held_out_similarity,
     repeated_caption_discount,
 )
-from ncclean.methods.mixture import fit_clean_posterior
 from ncclean.methods.null_rate import NullEstimate, null_noise_rate
 from ncclean.methods.scripts import MIN_PAIRS, fit_centring
 from ncclean.methods.unit import raw_embeddings
@@ -88,15 +88,6 @@ from ncclean.models.features import Features
 from ncclean.models.registry import raw_source
 from ncclean.train.scoring import Embeddings, embed, kept_dtype
 from ncclean.train.warmup import starting_matcher, warmed_matcher
-
-
-def top_fraction(similarity: np.ndarray, keep: float) -> np.ndarray:
-    """``(n,)`` 1.0 for the ``round(keep * n)`` most similar pairs, 0.0 for the others."""
-    out = np.zeros(len(similarity))
-    kept = np.argsort(-similarity, kind="stable")[:int(round(keep * len(similarity)))]
-    out[kept] = 1.0
-    return out
-
 
 CROSS_FIT_FOLDS = 10
 
@@ -200,15 +191,23 @@ class Clip(Method):
         "distinct captions and distinct images, and discounts elsewhere")
 
     def fit(self, features: Features, context: Context) -> MethodResult:
-        if self._averages_widths(features, context):
+        shape = CorpusShape.of(features.image_group, features.text_group, _width(features)) \
+            if self._cca_on_vectors(features, context) else None
+        if self._averages_widths(shape):
             with shared_fits(max(WIDTHS)):
                 return averaged([replace(self, align_dims=width, align_widths="one")
-                                 .fit(features, context) for width in WIDTHS])
+                                 ._fit(features, context, shape) for width in WIDTHS])
+        return self._fit(features, context, shape)
+
+    def _fit(self, features: Features, context: Context, shape: CorpusShape | None) \
+            -> MethodResult:
+        """One fit; ``shape`` is the corpus's (:class:`~ncclean.methods.cca_rules.CorpusShape`)
+        where a CCA is fitted on its vector columns, else ``None``."""
         config = context.matcher_config
         matcher = alignment = space = raw = moments = centring = None
         pretrained = _pretrained(context)
-        if self.conventions in ("discount", "repeated") and not self._cca_on_vectors(
-                features, context):  # before any work: a matcher warmed up from scratch trains
+        if self.conventions in ("discount", "repeated") and shape is None:
+            # before any work: a matcher warmed up from scratch trains
             raise BadOptionError(f"conventions={self.conventions} needs a CCA fitted on the "
                                  "corpus (two vector columns, align cca or auto): only such a "
                                  "space learns its captions' conventions")
@@ -223,7 +222,6 @@ class Clip(Method):
             if centring is not None:
                 features = centring.apply(features)
             raw = raw_embeddings(features)
-            shape = CorpusShape.of(features.image_group, features.text_group, _width(features))
             embeddings, alignment, moments = self._aligned(raw, features, shape)
             if embeddings is None:
                 return self._unaligned(features, source, unalignable(moments))
@@ -302,23 +300,12 @@ class Clip(Method):
         if discount is not None:
             columns["clip_convention"] = discount.astype(np.float32)
             similarity = similarity - discount
-        if self.keep_fraction is not None:
-            clean_prob = top_fraction(similarity, self.keep_fraction)
-            noise_rate = 1.0 - float(clean_prob.mean())
-        elif null is not None and self.posterior == "auto":
-            clean_prob = null.clean_prob(similarity)
-            noise_rate = null.noise_rate
-            report["posterior"] = "one minus the local false discovery rate against shuffled pairs"
-        else:
-            clean_prob, fit = fit_clean_posterior(similarity, "high", seed=context.seed)
-            noise_rate = fit.noise_rate if null is None else null.noise_rate
-            report["posterior"] = "two-component mixture"
-            report["mixture"] = fit.as_dict()
-        interval = None if null is None or self.keep_fraction is not None \
-            else null.interval(seed=context.seed)
-        return MethodResult(clean_prob=clean_prob, columns=columns,
-                            matcher=matcher, embeddings=embeddings, noise_rate=noise_rate,
-                            noise_interval=interval, report=report, alignment=alignment,
+        read_as = read_posterior(similarity, null, self.keep_fraction, self.posterior,
+                                 context.seed)
+        report.update(read_as.report)
+        return MethodResult(clean_prob=read_as.clean_prob, columns=columns,
+                            matcher=matcher, embeddings=embeddings, noise_rate=read_as.noise_rate,
+                            noise_interval=read_as.interval, report=report, alignment=alignment,
                             neighbourhood=None if neighbours is None else neighbours.hood,
                             scripts=centring)
 
@@ -345,9 +332,9 @@ class Clip(Method):
         return not _pretrained(context) and raw_source(context.matcher_config) is not None \
             and self._fits_cca(features)
 
-    def _averages_widths(self, features: Features, context: Context) -> bool:
+    def _averages_widths(self, shape: CorpusShape | None) -> bool:
         """Whether ``clean_prob`` is averaged over :data:`~ncclean.methods.clip_widths.WIDTHS`
-        (``align_widths``)."""
+        (``align_widths``); ``shape`` as :meth:`_fit` takes it."""
         if self.align_widths == "one":
             return False
         if self.align_widths == "four":
@@ -355,14 +342,12 @@ class Clip(Method):
                 raise BadOptionError("align_widths=four sets the CCA's widths and reads "
                                      "clean_prob as a probability: leave align_dims and "
                                      "keep_fraction unset")
-            if not self._cca_on_vectors(features, context):
+            if shape is None:
                 raise BadOptionError("align_widths=four needs a CCA fitted on the corpus (two "
                                      "vector columns, align cca or auto)")
             return True
-        if self.align_dims is not None or self.keep_fraction is not None \
-                or not self._cca_on_vectors(features, context):
+        if self.align_dims is not None or self.keep_fraction is not None or shape is None:
             return False
-        shape = CorpusShape.of(features.image_group, features.text_group, _width(features))
         return self._cross_fits(shape) or shape.few_entries
 
     def _cross_fits(self, shape: CorpusShape) -> bool:
@@ -390,7 +375,7 @@ class Clip(Method):
         widths = features.image_data.shape[1], features.text_data.shape[1]
         return self.align == "cca" or (self.align == "auto" and widths[0] != widths[1])
 
-    def _aligned(self, embeddings: Embeddings, features: Features, shape: CorpusShape) \
+    def _aligned(self, embeddings: Embeddings, features: Features, shape: CorpusShape | None) \
             -> tuple[Embeddings | None, Alignment | None, PairSums | None]:
         """The embeddings in a CCA space fitted on the pairs, with the fit and the pairs'
         moments, where ``align`` asks for it; ``None``, ``None`` and the moments where it asks

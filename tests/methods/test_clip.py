@@ -10,7 +10,8 @@ from ncclean.data.schema import Columns
 from ncclean.errors import BadOptionError
 from ncclean.evaluate.detection import detection_metrics
 from ncclean.methods.base import Context
-from ncclean.methods.clip import Clip, top_fraction
+from ncclean.methods.clip import Clip
+from ncclean.methods.clip_posterior import top_fraction
 from ncclean.testing import check_method, tiny_features
 from tests.helpers import write_parquet
 
