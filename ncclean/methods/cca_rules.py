@@ -131,3 +131,22 @@ class CorpusShape:
         if not self._entries_from(SMALL_FIT_WIDTHS):
             return True
         return self.has_conventions and self.pairs < CROSS_FIT_WIDTHS * self.width
+
+
+def ranks_cross_fitted(rank: str, shape: CorpusShape) -> bool:
+    """Whether pairs are ranked by CCA fits that did not see them: ``clip``'s ``rank`` as
+    given, ``auto`` as :attr:`CorpusShape.cross_fits` reads ``shape``."""
+    return shape.cross_fits if rank == "auto" else rank == "cross-fitted"
+
+
+def discounts(conventions: str, shape: CorpusShape, report: dict) -> bool:
+    """Whether captions are discounted: ``clip``'s ``conventions`` as given (every setting but
+    ``trust`` discounts), ``auto`` as :attr:`CorpusShape.discounts` reads ``shape``, its trust
+    noted in ``report``."""
+    if conventions != "auto":
+        return conventions != "trust"
+    if shape.discounts:
+        return True
+    report["conventions"] = {"trusted": "no conventions, enough distinct captions and images",
+                             "convention_share": round(shape.convention_share, 4)}
+    return False

@@ -71,6 +71,8 @@ from ncclean.methods.cca_rules import (
     WIDE_RIDGE,
     WIDE_RIDGE_WIDTHS,
     CorpusShape,
+    discounts,
+    ranks_cross_fitted,
 )
 from ncclean.methods.clip_applied import ClipSimilarity
 from ncclean.methods.clip_posterior import read_posterior, top_fraction
@@ -253,7 +255,7 @@ class Clip(Method):
                     sides=near.neighbour_sides(self.neighbour_sides, shape.has_conventions))
         discount = caption_discount = None
         undiscounted = space
-        if alignment is not None and self._discounts(shape, report):
+        if alignment is not None and discounts(self.conventions, shape, report):
             held_out = held_out_similarity(raw.images, raw.texts, features.image_group,
                                            features.text_group, alignment.dims, alignment.ridge,
                                            seed=context.seed, total=moments)
@@ -265,7 +267,8 @@ class Clip(Method):
             # shuffled pairs keep their caption's discount
             space = spaces.discounted(space, caption_discount)
             report["conventions"] = describe_discount(discount, features.text_group)
-        cross_fits = space is not None and alignment is not None and self._cross_fits(shape)
+        cross_fits = space is not None and alignment is not None \
+            and ranks_cross_fitted(self.rank, shape)
         read_null = functools.partial(
             null_noise_rate, image_group=features.image_group, text_group=features.text_group,
             seed=context.seed, **(dict(folds=CROSS_FIT_FOLDS, sample=features.n_pairs,
@@ -348,26 +351,7 @@ class Clip(Method):
             return True
         if self.align_dims is not None or self.keep_fraction is not None or shape is None:
             return False
-        return self._cross_fits(shape) or shape.few_entries
-
-    def _cross_fits(self, shape: CorpusShape) -> bool:
-        """Whether pairs are ranked by CCA fits that did not see them (``rank``;
-        :attr:`~ncclean.methods.cca_rules.CorpusShape.cross_fits`)."""
-        if self.rank != "auto":
-            return self.rank == "cross-fitted"
-        return shape.cross_fits
-
-    def _discounts(self, shape: CorpusShape, report: dict) -> bool:
-        """Whether repeated captions are discounted (``conventions``;
-        :attr:`~ncclean.methods.cca_rules.CorpusShape.discounts`); ``auto``'s trust is noted in
-        ``report``."""
-        if self.conventions != "auto":
-            return self.conventions != "trust"
-        if shape.discounts:
-            return True
-        report["conventions"] = {"trusted": "no conventions, enough distinct captions and images",
-                                 "convention_share": round(shape.convention_share, 4)}
-        return False
+        return ranks_cross_fitted(self.rank, shape) or shape.few_entries
 
     def _fits_cca(self, features: Features) -> bool:
         """Whether ``align`` asks for a CCA on these vector columns: ``cca``, or ``auto`` when
