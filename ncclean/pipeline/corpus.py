@@ -90,10 +90,10 @@ def inject_noise(
     """Mismatch a share of the pairs of ``input`` and write the result to ``output``.
 
     Captions stay in their rows; the image side of a row (the image column, ``image_id``, the image
-    embedding and the ``move_with_image`` columns) is replaced by that of its new image. A column
-    named as ``ncclean embed`` names image vectors (``image_emb``) moves with its image even when
-    ``columns`` does not name it: left behind, the vectors would describe the old picture and
-    every score read from them would be wrong. Adds
+    embedding and the ``move_with_image`` columns) is replaced by that of its new image. The image
+    column moves where the pairs are read from their vectors too, and a column named as ``ncclean
+    embed`` names image vectors (``image_emb``) whether or not ``columns`` names it: left behind,
+    pictures and vectors would disagree, and every score read from the stale side would be wrong. Adds
     ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image groups
     by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``) and a JSON
     sidecar ``<output>.json``.
@@ -147,10 +147,8 @@ def inject_noise(
     else:
         unit, requested = "captions", int(ratio * corpus.n_pairs)
 
-    written_vectors = [IMAGE_EMB] if resolved.image_emb is None \
-        and IMAGE_EMB in source.schema.names else []
-    image_columns = list(dict.fromkeys([*resolved.image_side, *written_vectors,
-                                        *move_with_image]))
+    present = [name for name in (columns.image, IMAGE_EMB) if name in source.schema.names]
+    image_columns = list(dict.fromkeys([*resolved.image_side, *present, *move_with_image]))
     rows = image_rows(caption_to_image, corpus.image_group)
     taken = source.read_columns(image_columns).take(pa.array(rows))
     updates: dict[str, pa.Array | pa.ChunkedArray] = {c: taken.column(c) for c in image_columns}

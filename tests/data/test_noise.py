@@ -176,6 +176,18 @@ def test_vectors_named_as_embed_names_them_move_with_their_image(small_pairs, tm
     # moved rows carry another image's vector
     assert noisy.column("image_emb").to_pylist() != vectors
 
+    # naming a vector column moves it, image_emb and the pictures too
+    table = table.append_column("other_emb", pa.array(vectors, pa.list_(pa.float32())))
+    pq.write_table(table, tmp_path / "two.parquet")
+    summary = api.inject_noise(tmp_path / "two.parquet", tmp_path / "noisy2.parquet", ratio=1.0,
+                               seed=0, image_emb_col="other_emb")
+    noisy = pq.read_table(tmp_path / "noisy2.parquet")
+    assert set(summary.image_columns) == {"image", "other_emb", "image_emb"}
+    assert noisy.column("other_emb").to_pylist() == noisy.column("image_emb").to_pylist()
+    images = table.column("image").to_pylist()  # each vector names the row it came from
+    assert noisy.column("image").to_pylist() == [images[int(vector[0])] for vector in
+                                                 noisy.column("other_emb").to_pylist()]
+
 
 def test_per_image_protocol_end_to_end(shapes, tmp_path):
     summary = api.inject_noise(shapes, tmp_path / "n.parquet", ratio=0.5, protocol="per-image")
