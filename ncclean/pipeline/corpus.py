@@ -93,10 +93,10 @@ def inject_noise(
     embedding and the ``move_with_image`` columns) is replaced by that of its new image. The image
     column moves where the pairs are read from their vectors too, and a column named as ``ncclean
     embed`` names image vectors (``image_emb``) whether or not ``columns`` names it: left behind,
-    pictures and vectors would disagree, and every score read from the stale side would be wrong. Adds
-    ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image groups
-    by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``) and a JSON
-    sidecar ``<output>.json``.
+    pictures and vectors would disagree, and every score read from the stale side would be wrong.
+    Adds ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image
+    groups by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``)
+    and a JSON sidecar ``<output>.json``.
     """
     import pyarrow as pa
 
