@@ -98,10 +98,12 @@ def inject_noise(
     """Mismatch a share of the pairs of ``input`` and write the result to ``output``.
 
     Captions stay in their rows; the image side of a row (the image column, ``image_id``, the image
-    embedding and the ``move_with_image`` columns) is replaced by that of its new image. Adds
-    ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image groups
-    by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``) and a JSON
-    sidecar ``<output>.json``.
+    embedding, ``image_emb`` as ``ncclean embed`` writes it, and the ``move_with_image`` columns)
+    is replaced by that of its new image, the pictures with their vectors however the pairs are
+    read. Adds ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none:
+    image groups by content). Saves the index as ``<output>.noise.npz`` (re-apply it with
+    ``index=``) and a JSON sidecar ``<output>.json``; ``.image_columns`` of the summary lists
+    what moved.
     """
     from ncclean.pipeline import corpus
     from ncclean.pipeline.frames import named_columns, on_path

@@ -92,8 +92,9 @@ def inject_noise(
     Captions stay in their rows; the image side of a row (the image column, ``image_id``, the image
     embedding and the ``move_with_image`` columns) is replaced by that of its new image. The image
     column moves where the pairs are read from their vectors too, and a column named as ``ncclean
-    embed`` names image vectors (``image_emb``) whether or not ``columns`` names it: left behind,
-    pictures and vectors would disagree, and every score read from the stale side would be wrong.
+    embed`` names image vectors (``image_emb``) whether or not ``columns`` names it (unless
+    ``columns`` names it as the caption side): left behind, pictures and vectors would disagree,
+    and every score read from the stale side would be wrong.
     Adds ``noisy_gt`` and ``original_image_id`` (and ``image_id`` when the input has none: image
     groups by content). Saves the index as ``<output>.noise.npz`` (re-apply it with ``index=``)
     and a JSON sidecar ``<output>.json``.
@@ -147,7 +148,9 @@ def inject_noise(
     else:
         unit, requested = "captions", int(ratio * corpus.n_pairs)
 
-    present = [name for name in (columns.image, IMAGE_EMB) if name in source.schema.names]
+    caption_side = {resolved.caption, resolved.text_emb, resolved.id}
+    present = [name for name in (columns.image, IMAGE_EMB)
+               if name in source.schema.names and name not in caption_side]
     image_columns = list(dict.fromkeys([*resolved.image_side, *present, *move_with_image]))
     rows = image_rows(caption_to_image, corpus.image_group)
     taken = source.read_columns(image_columns).take(pa.array(rows))

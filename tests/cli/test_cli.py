@@ -57,6 +57,7 @@ def test_synth_inject_inspect_round_trip(capsys, tmp_path):
     code, out, _ = run(capsys, "inject-noise", shapes, "-o", noisy, "--ratio", 0.3, "--seed", 2)
     assert code == 0
     assert "requested  30.0% of captions = 30 captions" in out and "realised" in out
+    assert "image side image, image_id (moved together)" in out
     code, out, _ = run(capsys, "inspect", noisy)
     assert code == 0 and "100 pairs, 20 images" in out and "no invalid rows" in out
     assert "hold Chinese text" in out

@@ -188,6 +188,12 @@ def test_vectors_named_as_embed_names_them_move_with_their_image(small_pairs, tm
     assert noisy.column("image").to_pylist() == [images[int(vector[0])] for vector in
                                                  noisy.column("other_emb").to_pylist()]
 
+    # a column named image_emb that is read as the caption side stays with its caption
+    summary = api.inject_noise(tmp_path / "two.parquet", tmp_path / "noisy3.parquet", ratio=1.0,
+                               seed=0, image_emb_col="other_emb", text_emb_col="image_emb")
+    assert "image_emb" not in summary.image_columns
+    assert pq.read_table(tmp_path / "noisy3.parquet").column("image_emb").to_pylist() == vectors
+
 
 def test_per_image_protocol_end_to_end(shapes, tmp_path):
     summary = api.inject_noise(shapes, tmp_path / "n.parquet", ratio=0.5, protocol="per-image")
