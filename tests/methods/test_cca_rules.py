@@ -8,7 +8,9 @@ from ncclean.methods.cca_rules import (
     WIDE_RIDGE,
     CorpusShape,
     convention_share,
+    ranks_cross_fitted,
 )
+from ncclean.methods.cca_rules import discounts as discounted
 
 PICTURES = np.arange(1000)
 NAMES = np.arange(1000)  # every picture named on its own
@@ -77,3 +79,15 @@ def test_fewer_entries_than_the_width_are_few_whatever_the_captions():
     assert not few_entries(PICTURES, NAMES, 1000) and few_entries(PICTURES, NAMES, 1001)
     assert few_entries(PICTURES % 500, NAMES, 800)  # 500 distinct pictures
     assert not few_entries(PICTURES, COLLECTION, 901) and few_entries(PICTURES, COLLECTION, 902)
+
+
+def test_a_rule_given_overrides_the_shape_and_auto_notes_its_trust():
+    names = CorpusShape.of(PICTURES, NAMES, 100)  # ten widths of entries: trusted, in sample
+    tiny = CorpusShape.of(PICTURES, NAMES, 10_000)  # a tenth of a width: cross-fitted
+    assert not ranks_cross_fitted("auto", names) and ranks_cross_fitted("auto", tiny)
+    assert ranks_cross_fitted("cross-fitted", names) and not ranks_cross_fitted("in-sample", tiny)
+    report: dict = {}
+    assert not discounted("auto", names, report) and report["conventions"]["trusted"]
+    report = {}
+    assert discounted("auto", tiny, report) and report == {}
+    assert discounted("repeated", names, {}) and not discounted("trust", tiny, {})

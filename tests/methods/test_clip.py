@@ -11,7 +11,7 @@ from ncclean.errors import BadOptionError
 from ncclean.evaluate.detection import detection_metrics
 from ncclean.methods.base import Context
 from ncclean.methods.clip import Clip
-from ncclean.methods.clip_posterior import top_fraction
+from ncclean.methods.clip_posterior import read_posterior, top_fraction
 from ncclean.testing import check_method, tiny_features
 from tests.helpers import write_parquet
 
@@ -74,6 +74,18 @@ def test_keep_fraction_is_datacomps_top_fraction_rule():
     features, config, _ = tiny_features(n_images=8)
     with pytest.raises(BadOptionError):
         Clip(keep_fraction=1.5).fit(features, Context(matcher_config=config))
+
+
+def test_without_a_null_the_posterior_is_the_top_fraction_or_a_mixture():
+    similarity = np.r_[np.random.default_rng(0).normal(0.6, 0.05, 80),
+                       np.random.default_rng(1).normal(0.1, 0.05, 20)]
+    kept = read_posterior(similarity, None, 0.7, "auto", seed=0)
+    assert kept.clean_prob.sum() == 70 and kept.noise_rate == pytest.approx(0.3)
+    assert kept.interval is None and kept.report == {}
+    mixed = read_posterior(similarity, None, None, "auto", seed=0)
+    assert mixed.report["posterior"] == "two-component mixture" and mixed.interval is None
+    assert mixed.noise_rate == pytest.approx(0.2, abs=0.03)
+    assert mixed.clean_prob[:80].mean() > 0.9 > 0.1 > mixed.clean_prob[80:].mean()
 
 
 def two_encoder_corpus(path, rng, n=300, noisy=90):
