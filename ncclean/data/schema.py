@@ -53,7 +53,9 @@ class ResolvedColumns:
 
     @property
     def image_side(self) -> tuple[str, ...]:
-        """The columns that describe the image of a pair (they move together under noise)."""
+        """The columns of the image of a pair that this run reads (injected noise moves them,
+        with the unread image column and ``image_emb``: :func:`ncclean.pipeline.corpus.
+        inject_noise`)."""
         return tuple(c for c in (self.image, self.image_id, self.image_emb) if c is not None)
 
     def needed(self) -> list[str]:

@@ -63,7 +63,7 @@ class NoiseSummary(Summary):
     requested: int
     moved: int
     noisy: int
-    image_columns: tuple[str, ...] = ()
+    image_columns: tuple[str, ...]
 
     @property
     def realised_ratio(self) -> float:
