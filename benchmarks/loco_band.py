@@ -6,11 +6,10 @@ averaged), from the runs of ``rule_flips.py`` and ``width_seeds.py`` on its corp
     python benchmarks/loco_band.py ridge benchmarks/results/rule-flips-in-sample.jsonl
     python benchmarks/loco_band.py width benchmarks/results/width-in-sample.jsonl
 
-A *family* is a corpus with its subsets and with every corpus that shares its images: AppStream's
-summaries and descriptions are one family. Each family in turn is held out; the option chosen on
-the others is the one with the best mean AUROC (as ``loco_rules.py`` chooses) or the one whose
-worst gap to each corpus's best option is smallest, and each held-out corpus gets that option's
-gap to its own best. Scores are means over the noise ratios and seeds of each corpus's runs.
+Each family of corpora (``loco.py``) in turn is held out; the option chosen on the others is the
+one with the best mean AUROC (as ``loco_rules.py`` chooses) or the one whose worst gap to each
+corpus's best option is smallest, and each held-out corpus gets that option's gap to its own
+best. Scores are means over the noise ratios and seeds of each corpus's runs.
 """
 
 from __future__ import annotations
@@ -21,16 +20,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from loco import family
 
-FAMILIES = {"appsum": "AppStream", "appdesc": "AppStream", "mdi": "MDI", "tabler": "Tabler"}
 RIDGES = {10.0: "align_ridge=10", 30.0: "align_ridge=30", 100.0: "align_ridge=100",
           300.0: "align_ridge=300"}
 WIDTHS = {"32": "32", "64": "64", "128": "128", "256": "256", "mean_prob": "four averaged"}
-
-
-def family(corpus: str) -> str:
-    stem = corpus.split("-")[0]
-    return FAMILIES.get(stem, stem)
 
 
 def ridge_scores(row: dict) -> dict[str, float]:

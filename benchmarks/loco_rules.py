@@ -14,10 +14,11 @@ variants measured on at least half of them, compared where all of those were), a
 on the held-out corpus is set beside the best variant there and the current default's. A corpus's
 smaller copies (``--sizes`` of ``rule_variants.py``) are held out with it, each its own row, so
 that a size rule is never chosen on a copy of the corpus it is scored on; clip art's 300-pair
-sample is clip art's. Scores are means over the noise ratios and seeds measured (AUROC of
-``clean_prob`` against ``noisy_gt``). The cut's recall bands and queue do not change the order:
-their table scores the balanced accuracy of the review queue (the mean of the share of clean
-pairs kept clean and the share of the noise queued) on the current default's scores.
+sample is clip art's (the families of ``loco.py``). Scores are means over the noise ratios and
+seeds measured (AUROC of ``clean_prob`` against ``noisy_gt``). The cut's recall bands and queue
+do not change the order: their table scores the balanced accuracy of the review queue (the mean
+of the share of clean pairs kept clean and the share of the noise queued) on the current
+default's scores.
 
     python benchmarks/loco_rules.py benchmarks/results/rule-variants.jsonl > tables.md
 """
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from loco import family
 
 #: The summed width of the default's two vectors (ImageNet EfficientNet-Lite0 1,280 + e5 384).
 WIDTH = 1280 + 384
@@ -40,7 +42,6 @@ CURRENT = {"rank": "pairs<3", "conventions": "always-discount", "ridge": "always
 PROPOSED = {"rank": "entries<0.25|share>=0.05&pairs<3", "conventions": "share>=0.05|entries<1",
             "ridge": "share<0.05&entries>=3->10;share<0.05&entries>=1->30",
             "dims": "share<0.05&entries>=2->256"}
-FAMILY = {"clipart300": "clipart"}
 #: The other rules while one is chosen: the proposed ones, at ridge 100 and 128 directions for
 #: rank and conventions (their cross-fitted and discounted runs were measured there only).
 HELD = {"rank": PROPOSED | {"ridge": "always-100", "dims": "always-128"},
@@ -173,12 +174,9 @@ def loco_table(data: dict, scores: dict[str, Callable], default: str) \
         tied = [name for name in means if means[name] >= top - 1e-9]
         return " = ".join(sorted(tied, key=lambda name: name != default))
 
-    def family(instance) -> str:
-        return FAMILY.get(instance[0], instance[0])
-
     out = []
     for instance in sorted(data, key=lambda i: (i[0], -i[1] if i[1] else -10**9)):
-        others = [i for i in data if family(i) != family(instance)]
+        others = [i for i in data if family(i[0]) != family(instance[0])]
         choice = chosen(others)
         here = {name: score(instance) for name, score in scores.items()}
         here = {name: value for name, value in here.items() if value is not None}
@@ -258,10 +256,10 @@ def summary(data: dict, info: dict) -> str:
     for instance in sorted(data, key=lambda i: (i[0], -i[1] if i[1] else -10**9)):
         runs, here = data[instance], info[instance]
         means = {v: mean_of(runs, v, lambda row: row["auroc"])
-                 for v in {row["variant"] for row in runs}}
+                 for v in sorted({row["variant"] for row in runs})}
         current = setting_score(CURRENT, runs, here)
         proposed = setting_score(PROPOSED, runs, here)
-        best = max(means, key=means.get)
+        best = max(means, key=lambda v: (means[v], v == "default"))  # a tie names the default
         gap = "-" if proposed is None else f"{proposed - means[best]:+.4f}"
         lines.append(f"| {_name(*instance)} | {here['pairs']:,} | {here['captions']:,} / "
                      f"{here['images']:,} | {here['convention_share']:.2f} | {_num(current)} | "
