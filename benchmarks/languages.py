@@ -79,6 +79,12 @@ def e5(captions: list[str], prefix: str) -> np.ndarray:
     return np.concatenate([encode(captions[i:i + 128]) for i in range(0, len(captions), 128)])
 
 
+def unit_mean(query: np.ndarray, passage: np.ndarray) -> np.ndarray:
+    """The two readings' sum at unit length, row by row (the default's caption vector)."""
+    both = query + passage
+    return both / np.linalg.norm(both, axis=1, keepdims=True)
+
+
 def product_e5(captions: list[str], work: Path) -> np.ndarray:
     """``(n, 384) float32``: the caption vectors ``ncclean embed --encoder e5`` writes."""
     out = work / "e5.parquet"
@@ -143,8 +149,7 @@ def caption_vectors(captions: list[str], variant: str, cache: Path, lang: str) -
         if variant == "query+passage":
             out = np.concatenate([query, passage], axis=1) / np.sqrt(2)
         else:
-            both = query + passage
-            out = both / np.linalg.norm(both, axis=1, keepdims=True)
+            out = unit_mean(query, passage)
     elif variant == "query+use":
         out = np.concatenate([caption_vectors(captions, "query", cache, lang),
                               caption_vectors(captions, "use", cache, lang)], axis=1)
