@@ -20,8 +20,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check ncclean tests
 	$(BIN)/lint-imports
 
+# One pytest worker per core (pytest-xdist), each with one torch thread: two torch processes with
+# a thread per core each slow each other several times over.
 test: $(STAMP) lint
-	$(BIN)/pytest -m "not slow"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/pytest -m "not slow" -n auto
 
 test-all: $(STAMP)
 	$(BIN)/pytest

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from datetime import datetime
-from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -16,13 +14,12 @@ import ncclean
 from tests.cli.test_contract import run
 from tests.pipeline.corpora import vector_table, write_shards
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clipart-300.parquet"
-
 
 def test_the_run_record_holds_version_start_command_line_and_input_hash(tmp_path, capsys):
-    shutil.copy(EXAMPLE, tmp_path / "pairs.parquet")
+    pq.write_table(vector_table(120), tmp_path / "pairs.parquet")
     code, _, err = run(capsys, "score", tmp_path / "pairs.parquet", "-o", tmp_path / "s.parquet",
-                       "--method", "clip", "--no-cache")
+                       "--image-emb-col", "img", "--text-emb-col", "txt", "--method", "clip",
+                       "--no-cache")
     assert code == 0, err
     record = json.loads((tmp_path / "s.parquet.json").read_text())
     assert record["versions"]["ncclean"] == ncclean.__version__
