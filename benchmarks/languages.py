@@ -207,11 +207,12 @@ def noisy_tables(clean: Path, prefix: str, langs: list[str], ratio: float, seed:
 
 
 def auroc(table: pa.Table, captions: list[str], images: np.ndarray, texts: np.ndarray,
-          work: Path, params: dict | None = None) -> float:
+          work: Path, params: dict | None = None, keep_as: Path | None = None) -> float:
     """``clip``'s AUROC on these vectors (the default method and cut, or ``params``) against
     ``noisy_gt``; ``captions`` (``(n,)``, the texts the vectors encode) are what ``clip`` groups
-    repeated captions by and reads the writing systems from."""
-    vectors = work / "vectors.parquet"
+    repeated captions by and reads the writing systems from. ``keep_as``: the scored vector file is
+    written there (for ``rule_flips.py``)."""
+    vectors = work / "vectors.parquet" if keep_as is None else keep_as
     keep = table.select(["id", "noisy_gt"]).append_column("caption", pa.array(captions))
     keep = keep.append_column("image_emb", pa.array(list(images), pa.list_(pa.float32())))
     keep = keep.append_column("text_emb", pa.array(list(texts), pa.list_(pa.float32())))
@@ -305,7 +306,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --mixed: the first language's corpus with SHARE of its rows "
                              "in LANG")
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--vectors-out", type=Path, default=None,
+                        help="keep each scored vector file (noisy_gt, caption, image_emb, "
+                             "text_emb) in this folder, for rule_flips.py")
     args = parser.parse_args(argv)
+    if args.vectors_out:
+        args.vectors_out.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="ncclean-lang-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"command: python benchmarks/languages.py {' '.join(sys.argv[1:])}", flush=True)
@@ -343,13 +349,15 @@ def main(argv: list[str] | None = None) -> None:
                 if english is not None and lang != "en":
                     line.update(to_english(texts, english))
                 scores = []
-                for tables in noisy.values():
+                for seed, tables in noisy.items():
                     table = tables[lang.split("-")[0]]
                     if table["id"].to_pylist() != clean[lang]["id"].to_pylist():
                         raise SystemExit(f"{lang}: noisy rows are not the clean file's")
                     images = np.stack([by_image[b] for b in table["image"].to_pylist()])
+                    kept = (args.vectors_out / f"{args.prefix}-{lang}-{form}-{variant}-s{seed}"
+                            ".parquet" if args.vectors_out else None)
                     scores.append(auroc(table, clean[lang][form].to_pylist(), images, texts,
-                                        work))
+                                        work, keep_as=kept))
                 line["auroc"] = scores
                 line["auroc_mean"] = round(float(np.mean(scores)), 4)
                 print(json.dumps(line), flush=True)
