@@ -16,8 +16,9 @@ off), and one JSON line holds each width's AUROC and two averages of the four: o
 ``clean_prob`` (``mean_prob``) and of their ranks (``mean_rank``). A rerun skips the lines
 already in ``--out``. ``--table`` prints each corpus's mean and the gain over 128 with its
 standard error across runs, then the choice left one corpus out: the option (a width or an
-average) with the least mean shortfall from the best option on the other corpora, and its
-shortfall on the one left out (``--only``: these corpora alone).
+average) with the least mean shortfall from the best option on the corpora of other families
+(``loco.py``: a corpus's subsets and the corpora sharing its images are held out with it), and
+its shortfall on the one left out (``--only``: these corpora alone).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from loco import family
 from rule_flips import score
 from rule_variants import noisy, subset
 from scipy.stats import rankdata
@@ -107,9 +109,15 @@ def table(path: Path, only: list[str] | None = None) -> None:
     print("\n| left out | chosen on the others | its shortfall there |")
     print("|---|---|---|")
     for corpus, own in shortfall.items():
-        others = [shortfall[c] for c in shortfall if c != corpus]
-        chosen = max(own, key=lambda k: np.nanmean([o.get(k, np.nan) for o in others]))
+        others = [shortfall[c] for c in shortfall if family(c) != family(corpus)]
+        chosen = max(own, key=lambda k: mean_over(others, k))
         print(f"| {corpus} | {chosen} | {own[chosen]:+.4f} |")
+
+
+def mean_over(shortfalls: list[dict], option: str) -> float:
+    """``option``'s mean shortfall over the corpora that ran it; ``-inf`` where none did."""
+    values = [own[option] for own in shortfalls if option in own]
+    return float(np.mean(values)) if values else -np.inf
 
 
 def main(argv: list[str] | None = None) -> None:
