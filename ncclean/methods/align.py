@@ -176,7 +176,8 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
     except np.linalg.LinAlgError:  # rounding beat a tiny ridge on a nearly constant side
         raise BadOptionError(f"the CCA's covariances are singular at align_ridge {ridge}; give a "
                              "larger -p align_ridge") from None
-    left, correlations, right_t = np.linalg.svd(image_white.T @ cross @ text_white)
+    left, correlations, right_t = np.linalg.svd(image_white.T @ cross @ text_white,
+                                                full_matrices=False)
     dims = min(dims, len(correlations))
     return Alignment(image_mean=mean_i.numpy().astype(np.float32),
                      text_mean=mean_t.numpy().astype(np.float32),
@@ -233,8 +234,9 @@ def _whitener(cov: np.ndarray, ridge: float) -> np.ndarray:
     """``W`` with ``W.T @ (cov + ridge * mean_eigenvalue * I) @ W = I``: the inverse transpose
     of the shrunk covariance's Cholesky factor."""
     shrunk = cov + ridge * max(np.trace(cov) / len(cov), 1e-12) * np.eye(len(cov))
-    factor = np.linalg.cholesky(shrunk)
-    return np.linalg.inv(factor).T
+    factor = torch.from_numpy(np.linalg.cholesky(shrunk))
+    identity = torch.eye(len(cov), dtype=factor.dtype)
+    return torch.linalg.solve_triangular(factor, identity, upper=False).numpy().T
 
 
 def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray,
