@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from languages import e5, unit_mean
+from rule_variants import noisy
 
 from ncclean import api
 from ncclean.api import Columns, RunOptions, StageOptions
@@ -61,15 +61,6 @@ def reading_files(name: str, clean: Path, work: Path) -> dict[str, Path]:
     return paths
 
 
-def noisy(clean: Path, ratio: float, seed: int) -> Path:
-    path = clean.with_name(f"{clean.stem}-{ratio}-s{seed}.parquet")
-    if not path.exists():
-        subprocess.run(["ncclean", "inject-noise", str(clean), "-o", str(path), "--ratio",
-                        str(ratio), "--seed", str(seed), "--overwrite"], check=True,
-                       capture_output=True)
-    return path
-
-
 def run(args: argparse.Namespace) -> None:
     done = set()
     if args.out.exists():
@@ -83,8 +74,9 @@ def run(args: argparse.Namespace) -> None:
                 for seed in args.seeds:
                     if (name, reading, ratio, seed) in done:
                         continue
-                    summary = api.score(noisy(path, ratio, seed), args.work / "scored.parquet",
-                                        method="clip", columns=VECTORS,
+                    summary = api.score(noisy(path, ratio, seed, args.work),
+                                        args.work / "scored.parquet", method="clip",
+                                        columns=VECTORS,
                                         run=RunOptions(seed=seed, overwrite=True),
                                         stages=StageOptions(significance="off",
                                                             pseudo_captions=False))
