@@ -30,8 +30,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -106,16 +107,23 @@ class PairSums:
     """The raw moments of a set of pairs, float64 tensors: ``count``, the sums of image and
     caption vectors ``(d_image,)``, ``(d_text,)`` and of their products ``(d_image, d_image)``,
     ``(d_text, d_text)``, ``(d_image, d_text)``. Sums of disjoint sets subtract, so a fit that
-    leaves a fold out costs no second pass over the pairs."""
+    leaves a fold out costs no second pass over the pairs.
+
+    ``source``: within :func:`shared_fits`, a fingerprint of what was summed (the two tables'
+    values and the pairs' indices), so a fit of the same pairs is found without hashing the
+    moments; ``None`` elsewhere."""
 
     count: int
     sums: tuple[torch.Tensor, torch.Tensor]
     products: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    source: tuple | None = field(default=None, compare=False)
 
     def __sub__(self, other: PairSums) -> PairSums:
+        source = None if self.source is None or other.source is None \
+            else ("-", self.source, other.source)
         return PairSums(self.count - other.count,
                         tuple(a - b for a, b in zip(self.sums, other.sums)),
-                        tuple(a - b for a, b in zip(self.products, other.products)))
+                        tuple(a - b for a, b in zip(self.products, other.products)), source)
 
 
 #: While :func:`shared_fits` is active: the widest fit of each set of pairs and ridge solved.
@@ -129,7 +137,7 @@ def shared_fits(widest: int) -> Iterator[None]:
     again: each is solved once at ``widest`` directions and cut to the ``dims`` asked, the same
     directions a narrower fit keeps (fits of several widths on the same folds share their
     whitening and decomposition, most of a fit's cost)."""
-    token = _SHARED.set({"widest": widest, "fits": {}})
+    token = _SHARED.set({"widest": widest, "fits": {}, "tables": {}})
     try:
         yield
     finally:
@@ -146,7 +154,7 @@ def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0
         raise BadOptionError(f"aligning two encoders needs {reason}")
     if (shared := _SHARED.get()) is None or dims > shared["widest"]:
         return _solve(moments, dims, ridge)
-    key = (_digest(moments), ridge)
+    key = (moments.source or _digest(moments), ridge)
     if key not in shared["fits"]:
         shared["fits"][key] = _solve(moments, shared["widest"], ridge)
     widest = shared["fits"][key]
@@ -158,10 +166,37 @@ def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0
 
 def _digest(moments: PairSums) -> bytes:
     """A fingerprint of ``moments``' values."""
-    digest = hashlib.blake2b(str(moments.count).encode(), digest_size=16)
-    for total in (*moments.sums, *moments.products):
-        digest.update(total.numpy().tobytes())
+    return _fingerprint(str(moments.count), *(t.numpy() for t in (*moments.sums,
+                                                                 *moments.products)))
+
+
+def _fingerprint(*parts: str | np.ndarray) -> bytes:
+    """A 128-bit hash of ``parts``: strings, and arrays with their dtype and shape."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        if isinstance(part, str):
+            digest.update(part.encode() + b"\0")
+        else:
+            digest.update(f"{part.dtype.str}{part.shape}".encode())
+            digest.update(np.ascontiguousarray(part).tobytes())
     return digest.digest()
+
+
+def _sources(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
+             text_group: np.ndarray) -> tuple | None:
+    """:attr:`PairSums.source` of these pairs within :func:`shared_fits`, else ``None``. Each
+    table is hashed once while it lives (a weak reference tells a table from a later object
+    given its ``id``)."""
+    if (shared := _SHARED.get()) is None:
+        return None
+    tables = shared["tables"]
+    digests = []
+    for table in (images, texts):
+        known = tables.get(id(table))
+        if known is None or known[0]() is not table:
+            known = tables[id(table)] = (weakref.ref(table), _fingerprint(np.asarray(table)))
+        digests.append(known[1])
+    return ("pairs", *digests, _fingerprint(np.asarray(image_group), np.asarray(text_group)))
 
 
 def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
@@ -221,7 +256,8 @@ def pair_sums(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
         sums[1].add_(b.sum(0, dtype=torch.float64))
         for total, (x, z) in zip(products, ((a, a), (b, b), (a, b))):
             total.add_((x.T @ z).double())
-    return PairSums(len(image_group), sums, products)
+    return PairSums(len(image_group), sums, products,
+                    _sources(images, texts, image_group, text_group))
 
 
 def _block(table: np.ndarray, index: np.ndarray | slice) -> torch.Tensor:

@@ -105,3 +105,35 @@ def test_shared_fits_cut_one_solution_to_each_width(rng):
                                    atol=1e-6)
         np.testing.assert_allclose(shared[dims].correlations, alone[dims].correlations)
     assert not np.allclose(other_ridge.correlations, shared[5].correlations)
+
+
+def test_shared_fits_know_a_set_of_pairs_by_its_tables_and_indices(rng, monkeypatch):
+    # the same pairs summed again (from a copy of a table, or as the whole less a fold) reuse
+    # one solve without hashing the moments; other pairings or values get their own
+    from ncclean.methods import align
+
+    images, texts = rng.normal(size=(60, 12)), rng.normal(size=(60, 9))
+    pairs = np.arange(60)
+    solves = []
+    solve = align._solve
+    monkeypatch.setattr(align, "_solve", lambda *args: solves.append(args[1]) or solve(*args))
+    monkeypatch.setattr(align, "_digest", lambda moments: pytest.fail("moments hashed"))
+
+    def fold(table):
+        whole = align.pair_sums(table, texts, pairs, pairs)
+        return whole - align.pair_sums(table, texts, pairs[:10], pairs[:10])
+
+    changed = images.copy()
+    changed[0, 0] += 1e-9
+    with align.shared_fits(8):
+        wide = align.alignment_from_sums(align.pair_sums(images, texts, pairs, pairs), 5, 1.0)
+        narrow = align.alignment_from_sums(align.pair_sums(images.copy(), texts, pairs, pairs),
+                                           2, 1.0)
+        for table in (images, images.copy()):
+            align.alignment_from_sums(fold(table), 5, 1.0)
+        align.alignment_from_sums(align.pair_sums(images, texts, pairs, pairs[::-1].copy()),
+                                  5, 1.0)
+        align.alignment_from_sums(align.pair_sums(changed, texts, pairs, pairs), 5, 1.0)
+    assert solves == [8, 8, 8, 8]
+    np.testing.assert_array_equal(narrow.image_projection, wide.image_projection[:, :2])
+    assert align.pair_sums(images, texts, pairs, pairs).source is None  # outside the context
