@@ -12,7 +12,7 @@ import pytest
 from ncclean import api
 from ncclean.data.schema import Columns
 from ncclean.errors import BadOptionError
-from ncclean.methods.clip_widths import WIDTHS
+from ncclean.methods.clip_widths import SEED_STEP, WIDTHS
 from ncclean.options import ScaleOptions
 from ncclean.pipeline.fit import load_fit, sample_positions
 from tests.pipeline.corpora import write_shards
@@ -33,8 +33,8 @@ def wide_table(n, rng, noisy=0.3, widths=(640, 384)):
                      "img": list(image.astype(np.float32)), "txt": list(text.astype(np.float32))})
 
 
-def scored(source, out, params=None, **scale):
-    summary = api.score(source, out, method="clip", params=params, columns=COLUMNS, seed=3,
+def scored(source, out, params=None, seed=3, **scale):
+    summary = api.score(source, out, method="clip", params=params, columns=COLUMNS, seed=seed,
                         cache_dir=False, scale=ScaleOptions(**scale) if scale else None)
     return summary.output
 
@@ -53,10 +53,17 @@ def test_a_cross_fitted_corpus_averages_the_four_widths(tmp_path, rng):
     assert report["rank"] == "cross-fitted (10 folds)"
     assert report["widths"]["averaged"] == list(WIDTHS)
     assert report["alignment"]["dims"] == 128  # the columns are 128 directions'
+    # cross-fitted, each width draws its own folds and shuffles: the k-th with seed 3 + k steps
     each = [clean_prob(scored(tmp_path / "in.parquet", tmp_path / f"{w}.parquet",
-                              {"align_dims": w})) for w in WIDTHS]
+                              {"align_dims": w}, seed=3 + SEED_STEP * k))
+            for k, w in enumerate(WIDTHS)]
     assert not np.allclose(each[0], each[-1])
     assert np.allclose(clean_prob(averaged), np.mean(each, axis=0), atol=1e-6)
+    shared = scored(tmp_path / "in.parquet", tmp_path / "shared.parquet",
+                    {"width_folds": "shared"})
+    at_three = [clean_prob(scored(tmp_path / "in.parquet", tmp_path / f"{w}-3.parquet",
+                                  {"align_dims": w})) for w in WIDTHS[1:]]
+    assert np.allclose(clean_prob(shared), np.mean([each[0], *at_three], axis=0), atol=1e-6)
     in_sample = scored(tmp_path / "in.parquet", tmp_path / "in-sample.parquet",
                        {"rank": "in-sample"})  # fewer entries than the width: still averaged
     assert "widths" in json.loads(Path(f"{in_sample}.json").read_text())["report"]
@@ -92,7 +99,8 @@ def test_a_saved_fit_applies_the_average_of_its_widths(tmp_path, rng):
     applied = sample_positions(fit, out) < 0
     assert applied.sum() == 160
     each = [clean_prob(scored(tmp_path / "in", tmp_path / f"out-{w}", {"align_dims": w},
-                              fit_sample=240)) for w in WIDTHS]
+                              seed=3 + SEED_STEP * k, fit_sample=240))
+            for k, w in enumerate(WIDTHS)]
     low, high = fit.arrays["table.x"][[0, -1]]  # the sample's own range holds applied pairs
     expected = np.clip(np.mean(each, axis=0), low, high)
     assert np.allclose(clean_prob(out)[applied], expected[applied], atol=1e-6)
