@@ -206,18 +206,20 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
         (total / n - torch.outer(u, v)).numpy() for total, (u, v) in
         zip(moments.products, ((mean_i, mean_i), (mean_t, mean_t), (mean_i, mean_t))))
     try:
-        image_white = _whitener(image_cov, ridge)
-        text_white = _whitener(text_cov, ridge)
+        image_factor = _factor(image_cov, ridge)
+        text_factor = _factor(text_cov, ridge)
     except np.linalg.LinAlgError:  # rounding beat a tiny ridge on a nearly constant side
         raise BadOptionError(f"the CCA's covariances are singular at align_ridge {ridge}; give a "
                              "larger -p align_ridge") from None
-    left, correlations, right_t = np.linalg.svd(image_white.T @ cross @ text_white,
-                                                full_matrices=False)
+    # the whitened cross-covariance L_i^-1 C L_t^-T, by triangular solves against C
+    half = torch.linalg.solve_triangular(image_factor, torch.from_numpy(cross), upper=False)
+    whitened = torch.linalg.solve_triangular(text_factor, half.T, upper=False).T
+    left, correlations, right_t = np.linalg.svd(whitened.numpy(), full_matrices=False)
     dims = min(dims, len(correlations))
     return Alignment(image_mean=mean_i.numpy().astype(np.float32),
                      text_mean=mean_t.numpy().astype(np.float32),
-                     image_projection=(image_white @ left[:, :dims]).astype(np.float32),
-                     text_projection=(text_white @ right_t[:dims].T).astype(np.float32),
+                     image_projection=_unwhiten(image_factor, left[:, :dims]),
+                     text_projection=_unwhiten(text_factor, right_t[:dims].T),
                      correlations=correlations[:dims], ridge=ridge)
 
 
@@ -266,13 +268,17 @@ def _block(table: np.ndarray, index: np.ndarray | slice) -> torch.Tensor:
     return torch.from_numpy(np.array(table[index], dtype=np.float32))
 
 
-def _whitener(cov: np.ndarray, ridge: float) -> np.ndarray:
-    """``W`` with ``W.T @ (cov + ridge * mean_eigenvalue * I) @ W = I``: the inverse transpose
-    of the shrunk covariance's Cholesky factor."""
+def _factor(cov: np.ndarray, ridge: float) -> torch.Tensor:
+    """``L``, lower triangular, with ``L @ L.T = cov + ridge * mean_eigenvalue * I``: whitening
+    is ``L^-1``."""
     shrunk = cov + ridge * max(np.trace(cov) / len(cov), 1e-12) * np.eye(len(cov))
-    factor = torch.from_numpy(np.linalg.cholesky(shrunk))
-    identity = torch.eye(len(cov), dtype=factor.dtype)
-    return torch.linalg.solve_triangular(factor, identity, upper=False).numpy().T
+    return torch.from_numpy(np.linalg.cholesky(shrunk))
+
+
+def _unwhiten(factor: torch.Tensor, directions: np.ndarray) -> np.ndarray:
+    """``L^-T @ directions`` (float32): whitened directions as projections of raw vectors."""
+    return torch.linalg.solve_triangular(factor.T, torch.from_numpy(
+        np.ascontiguousarray(directions)), upper=True).numpy().astype(np.float32)
 
 
 def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray,
