@@ -18,7 +18,10 @@ outnumber the dimensions, rank better with a ridge of 30
 
 scikit-learn's ``CCA`` is iterative (NIPALS, one component at a time), has no ridge, and copies
 the pair matrix; this closed form accumulates the moments block by block, so a million pairs
-cost one pass and ``O(d^2)`` memory.
+cost one pass and ``O(d^2)`` memory. A table with fewer rows than its width (a few hundred
+images of 1,280 features) is summed in an orthonormal basis of its rows: every covariance and
+cross-covariance of its pairs lies in their span, where the ridge CCA's directions lie too, so
+the fit is the same in exact arithmetic and its factorisations are as wide as the table is long.
 
 A CCA needs both sides to vary: where every pair has the same image (a corpus of two to four
 captions of one picture, say) or the same caption, no direction of that side correlates with
@@ -41,6 +44,10 @@ from ncclean.errors import BadOptionError
 from ncclean.models.linear import linear
 
 _BLOCK = 16384
+#: A direction whose canonical correlation is below this share of the first's correlates nothing
+#: (a fit of ``n`` pairs has at most ``n - 1``; past them the decomposition's vectors are
+#: arbitrary, up to rounding): a fit keeps none.
+NO_CORRELATION = 1e-6
 #: A side whose pairs' variance is below this share of their mean squared norm holds one vector
 #: up to float32 rounding (about 1e-7 of it): it has nothing to correlate.
 MIN_VARIANCE = 1e-5
@@ -109,6 +116,10 @@ class PairSums:
     ``(d_text, d_text)``, ``(d_image, d_text)``. Sums of disjoint sets subtract, so a fit that
     leaves a fold out costs no second pass over the pairs.
 
+    ``bases``: for each side, ``None`` where its vectors were summed as they are, or the
+    ``(d, r) float64`` orthonormal basis of its table's rows (:func:`pair_sums`) whose
+    coordinates were summed instead (``d`` the vectors' width, ``r`` the table's rows).
+
     ``source``: within :func:`shared_fits`, a fingerprint of what was summed (the two tables'
     values and the pairs' indices), so a fit of the same pairs is found without hashing the
     moments; ``None`` elsewhere."""
@@ -117,13 +128,19 @@ class PairSums:
     sums: tuple[torch.Tensor, torch.Tensor]
     products: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     source: tuple | None = field(default=None, compare=False)
+    bases: tuple[torch.Tensor | None, torch.Tensor | None] = field(default=(None, None),
+                                                                   compare=False)
 
     def __sub__(self, other: PairSums) -> PairSums:
+        if not all(a is b or (a is not None and b is not None and torch.equal(a, b))
+                   for a, b in zip(self.bases, other.bases)):
+            raise ValueError("moments summed in different bases do not subtract")
         source = None if self.source is None or other.source is None \
             else ("-", self.source, other.source)
         return PairSums(self.count - other.count,
                         tuple(a - b for a, b in zip(self.sums, other.sums)),
-                        tuple(a - b for a, b in zip(self.products, other.products)), source)
+                        tuple(a - b for a, b in zip(self.products, other.products)), source,
+                        self.bases)
 
 
 #: While :func:`shared_fits` is active: the widest fit of each set of pairs and ridge solved.
@@ -137,7 +154,7 @@ def shared_fits(widest: int) -> Iterator[None]:
     again: each is solved once at ``widest`` directions and cut to the ``dims`` asked, the same
     directions a narrower fit keeps (fits of several widths on the same folds share their
     whitening and decomposition, most of a fit's cost)."""
-    token = _SHARED.set({"widest": widest, "fits": {}, "tables": {}})
+    token = _SHARED.set({"widest": widest, "fits": {}, "tables": {}, "bases": {}})
     try:
         yield
     finally:
@@ -166,8 +183,8 @@ def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0
 
 def _digest(moments: PairSums) -> bytes:
     """A fingerprint of ``moments``' values."""
-    return _fingerprint(str(moments.count), *(t.numpy() for t in (*moments.sums,
-                                                                 *moments.products)))
+    return _fingerprint(str(moments.count), *(t.numpy() for t in (
+        *moments.sums, *moments.products, *(b for b in moments.bases if b is not None))))
 
 
 def _fingerprint(*parts: str | np.ndarray) -> bytes:
@@ -189,14 +206,37 @@ def _sources(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
     given its ``id``)."""
     if (shared := _SHARED.get()) is None:
         return None
-    tables = shared["tables"]
-    digests = []
-    for table in (images, texts):
-        known = tables.get(id(table))
-        if known is None or known[0]() is not table:
-            known = tables[id(table)] = (weakref.ref(table), _fingerprint(np.asarray(table)))
-        digests.append(known[1])
+    digests = [_per_table(shared["tables"], table, lambda t: _fingerprint(np.asarray(t)))
+               for table in (images, texts)]
     return ("pairs", *digests, _fingerprint(np.asarray(image_group), np.asarray(text_group)))
+
+
+def _per_table(cache: dict, table: np.ndarray, compute):
+    """``compute(table)``, kept in ``cache`` while ``table`` lives (a weak reference tells a
+    table from a later object given its ``id``)."""
+    known = cache.get(id(table))
+    if known is None or known[0]() is not table:
+        known = cache[id(table)] = (weakref.ref(table), compute(table))
+    return known[1]
+
+
+def _in_basis(table: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(basis, coordinates)`` of a table with fewer rows than its width: an orthonormal
+    ``(d, r) float64`` basis of its rows (as float32, the values :func:`_block` reads) and the
+    rows' ``(r, r) float64`` coordinates in it; ``(None, None)`` for a table at least as long as
+    it is wide. Within :func:`shared_fits` each table's is computed once."""
+    if len(table) >= table.shape[1]:
+        return None, None
+    shared = _SHARED.get()
+    if shared is not None:
+        return _per_table(shared["bases"], table, _basis)
+    return _basis(table)
+
+
+def _basis(table: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = _block(table, slice(None)).double()
+    basis = torch.linalg.qr(rows.T, mode="reduced").Q
+    return basis, rows @ basis
 
 
 def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
@@ -205,9 +245,12 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
     image_cov, text_cov, cross = (
         (total / n - torch.outer(u, v)).numpy() for total, (u, v) in
         zip(moments.products, ((mean_i, mean_i), (mean_t, mean_t), (mean_i, mean_t))))
+    # the ridge is relative to the mean eigenvalue over the vectors' whole width
+    image_width, text_width = (len(total) if basis is None else basis.shape[0]
+                               for total, basis in zip(moments.sums, moments.bases))
     try:
-        image_factor = _factor(image_cov, ridge)
-        text_factor = _factor(text_cov, ridge)
+        image_factor = _factor(image_cov, ridge, image_width)
+        text_factor = _factor(text_cov, ridge, text_width)
     except np.linalg.LinAlgError:  # rounding beat a tiny ridge on a nearly constant side
         raise BadOptionError(f"the CCA's covariances are singular at align_ridge {ridge}; give a "
                              "larger -p align_ridge") from None
@@ -215,12 +258,19 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
     half = torch.linalg.solve_triangular(image_factor, torch.from_numpy(cross), upper=False)
     whitened = torch.linalg.solve_triangular(text_factor, half.T, upper=False).T
     left, correlations, right_t = np.linalg.svd(whitened.numpy(), full_matrices=False)
-    dims = min(dims, len(correlations))
-    return Alignment(image_mean=mean_i.numpy().astype(np.float32),
-                     text_mean=mean_t.numpy().astype(np.float32),
-                     image_projection=_unwhiten(image_factor, left[:, :dims]),
-                     text_projection=_unwhiten(text_factor, right_t[:dims].T),
+    dims = min(dims, max(1, int(np.count_nonzero(
+        correlations > NO_CORRELATION * correlations[0]))))
+    image_basis, text_basis = moments.bases
+    return Alignment(image_mean=_raw(image_basis, mean_i).numpy().astype(np.float32),
+                     text_mean=_raw(text_basis, mean_t).numpy().astype(np.float32),
+                     image_projection=_unwhiten(image_factor, left[:, :dims], image_basis),
+                     text_projection=_unwhiten(text_factor, right_t[:dims].T, text_basis),
                      correlations=correlations[:dims], ridge=ridge)
+
+
+def _raw(basis: torch.Tensor | None, coordinates: torch.Tensor) -> torch.Tensor:
+    """Vectors (or projections) given by ``coordinates`` in ``basis`` in the raw coordinates."""
+    return coordinates if basis is None else basis @ coordinates
 
 
 def unalignable(moments: PairSums) -> str | None:
@@ -245,21 +295,35 @@ def pair_sums(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
 
     Each block is converted to float32 once (by torch, which does float16 faster than numpy) and
     its raw products are summed in float64; centring happens once, in the fit: the products are
-    most of the cost (a million 512-d pairs: about 19 s on two cores)."""
-    sums = (torch.zeros(images.shape[1], dtype=torch.float64),
-            torch.zeros(texts.shape[1], dtype=torch.float64))
-    products = (torch.zeros(images.shape[1], images.shape[1], dtype=torch.float64),
-                torch.zeros(texts.shape[1], texts.shape[1], dtype=torch.float64),
-                torch.zeros(images.shape[1], texts.shape[1], dtype=torch.float64))
+    most of the cost (a million 512-d pairs: about 19 s on two cores). A table with fewer rows
+    than its width is summed in its rows' basis (:attr:`PairSums.bases`), in float64."""
+    (image_basis, image_rows), (text_basis, text_rows) = _in_basis(images), _in_basis(texts)
+    width = tuple(len(t) if basis is not None else t.shape[1]
+                  for t, basis in ((images, image_basis), (texts, text_basis)))
+    sums = (torch.zeros(width[0], dtype=torch.float64), torch.zeros(width[1], dtype=torch.float64))
+    products = (torch.zeros(width[0], width[0], dtype=torch.float64),
+                torch.zeros(width[1], width[1], dtype=torch.float64),
+                torch.zeros(width[0], width[1], dtype=torch.float64))
     for start in range(0, len(image_group), _BLOCK):
-        a = _block(images, image_group[start:start + _BLOCK])
-        b = _block(texts, text_group[start:start + _BLOCK])
+        a = _rows(images, image_rows, image_group[start:start + _BLOCK])
+        b = _rows(texts, text_rows, text_group[start:start + _BLOCK])
         sums[0].add_(a.sum(0, dtype=torch.float64))
         sums[1].add_(b.sum(0, dtype=torch.float64))
         for total, (x, z) in zip(products, ((a, a), (b, b), (a, b))):
+            if x.dtype != z.dtype:  # one side in its basis
+                x, z = x.double(), z.double()
             total.add_((x.T @ z).double())
     return PairSums(len(image_group), sums, products,
-                    _sources(images, texts, image_group, text_group))
+                    _sources(images, texts, image_group, text_group), (image_basis, text_basis))
+
+
+def _rows(table: np.ndarray, coordinates: torch.Tensor | None, index: np.ndarray) \
+        -> torch.Tensor:
+    """Rows ``index`` of a table: in its basis where ``coordinates`` holds them (float64), else
+    as :func:`_block` reads them."""
+    if coordinates is None:
+        return _block(table, index)
+    return coordinates[torch.from_numpy(np.asarray(index, np.int64))]
 
 
 def _block(table: np.ndarray, index: np.ndarray | slice) -> torch.Tensor:
@@ -268,17 +332,20 @@ def _block(table: np.ndarray, index: np.ndarray | slice) -> torch.Tensor:
     return torch.from_numpy(np.array(table[index], dtype=np.float32))
 
 
-def _factor(cov: np.ndarray, ridge: float) -> torch.Tensor:
+def _factor(cov: np.ndarray, ridge: float, width: int) -> torch.Tensor:
     """``L``, lower triangular, with ``L @ L.T = cov + ridge * mean_eigenvalue * I``: whitening
-    is ``L^-1``."""
-    shrunk = cov + ridge * max(np.trace(cov) / len(cov), 1e-12) * np.eye(len(cov))
+    is ``L^-1``. The mean eigenvalue is over ``width`` dimensions, the vectors' own, where
+    ``cov`` is that of their coordinates in a basis of fewer."""
+    shrunk = cov + ridge * max(np.trace(cov) / width, 1e-12) * np.eye(len(cov))
     return torch.from_numpy(np.linalg.cholesky(shrunk))
 
 
-def _unwhiten(factor: torch.Tensor, directions: np.ndarray) -> np.ndarray:
-    """``L^-T @ directions`` (float32): whitened directions as projections of raw vectors."""
-    return torch.linalg.solve_triangular(factor.T, torch.from_numpy(
-        np.ascontiguousarray(directions)), upper=True).numpy().astype(np.float32)
+def _unwhiten(factor: torch.Tensor, directions: np.ndarray,
+              basis: torch.Tensor | None) -> np.ndarray:
+    """``L^-T @ directions`` (float32), in raw coordinates: whitened directions as projections
+    of raw vectors."""
+    return _raw(basis, torch.linalg.solve_triangular(factor.T, torch.from_numpy(
+        np.ascontiguousarray(directions)), upper=True)).numpy().astype(np.float32)
 
 
 def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray,

@@ -37,8 +37,11 @@ def test_every_pair_counts_once_whatever_the_tables_share(rng):
     spelled = fit_alignment(images[image_group], texts[text_group], np.arange(150),
                             np.arange(150), dims=4, ridge=1.0)
     assert np.allclose(shared.correlations, spelled.correlations, atol=1e-5)
-    assert np.allclose(np.abs((shared.project_images(images[:5]) *
-                               spelled.project_images(images[:5])).sum(1)), 1, atol=1e-4)
+    # the same directions, each up to its sign, and the same cosines
+    assert np.allclose(np.abs(shared.project_images(images[:5])),
+                       np.abs(spelled.project_images(images[:5])), atol=1e-4)
+    assert np.allclose(shared.pair_cosine(images, texts, np.arange(5), np.arange(5)),
+                       spelled.pair_cosine(images, texts, np.arange(5), np.arange(5)), atol=1e-4)
 
 
 def test_dims_are_capped_at_the_narrower_width_and_recorded(rng):
@@ -137,3 +140,60 @@ def test_shared_fits_know_a_set_of_pairs_by_its_tables_and_indices(rng, monkeypa
     assert solves == [8, 8, 8, 8]
     np.testing.assert_array_equal(narrow.image_projection, wide.image_projection[:, :2])
     assert align.pair_sums(images, texts, pairs, pairs).source is None  # outside the context
+
+
+def textbook_cca(images, texts, dims, ridge):
+    """The ridge CCA written out: each side whitened by the inverse square root of its shrunk
+    covariance (the ridge relative to the mean eigenvalue over the side's whole width)."""
+    def inverse_root(cov):
+        shrunk = cov + ridge * np.trace(cov) / len(cov) * np.eye(len(cov))
+        values, vectors = np.linalg.eigh(shrunk)
+        return vectors @ np.diag(values ** -0.5) @ vectors.T
+
+    x, y = images - images.mean(0), texts - texts.mean(0)
+    w_x, w_y = inverse_root(x.T @ x / len(x)), inverse_root(y.T @ y / len(y))
+    left, correlations, right_t = np.linalg.svd(w_x @ (x.T @ y / len(x)) @ w_y)
+    return (images.mean(0), texts.mean(0), w_x @ left[:, :dims], w_y @ right_t[:dims].T,
+            correlations[:dims])
+
+
+def test_a_table_shorter_than_its_width_is_fitted_as_the_whole_width_would_be(rng):
+    # 40 images of 96 features and 40 captions of 64: the fit runs in a basis of the rows, and
+    # gives the written-out CCA's correlations and cosines, also for vectors outside the rows
+    latent = rng.normal(size=(60, 5))
+    images = (latent @ rng.normal(size=(5, 96)) + rng.normal(size=(60, 96))).astype(np.float32)
+    texts = (latent @ rng.normal(size=(5, 64)) + rng.normal(size=(60, 64))).astype(np.float32)
+    pairs = np.arange(40)
+    alignment = fit_alignment(images[:40], texts[:40], pairs, pairs, dims=12, ridge=3.0)
+    image_mean, text_mean, a, b, correlations = textbook_cca(
+        images[:40].astype(np.float64), texts[:40].astype(np.float64), 12, 3.0)
+    np.testing.assert_allclose(alignment.correlations, correlations, rtol=1e-6)
+
+    def cosine(x, y):
+        return (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
+
+    expected = cosine((images - image_mean) @ a, (texts - text_mean) @ b)
+    got = (alignment.project_images(images) * alignment.project_texts(texts)).sum(1)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_directions_that_correlate_nothing_are_not_kept(rng):
+    # 30 pairs correlate in at most 29 directions; a wider fit keeps those alone
+    images, texts = rng.normal(size=(30, 64)), rng.normal(size=(30, 48))
+    pairs = np.arange(30)
+    alignment = fit_alignment(images, texts, pairs, pairs, dims=40, ridge=1.0)
+    assert alignment.dims == 29 and alignment.correlations[-1] > 1e-3
+    spelled = fit_alignment(np.tile(images, (3, 1)), np.tile(texts, (3, 1)), pairs, pairs,
+                            dims=40, ridge=1.0)  # tables as long as they are wide: no basis
+    assert spelled.dims == 29
+    np.testing.assert_allclose(spelled.correlations, alignment.correlations, rtol=1e-5)
+
+
+def test_moments_of_different_bases_do_not_subtract(rng):
+    from ncclean.methods.align import pair_sums
+
+    images, texts = rng.normal(size=(20, 32)), rng.normal(size=(20, 24))
+    pairs = np.arange(20)
+    with pytest.raises(ValueError, match="different bases"):
+        pair_sums(images, texts, pairs, pairs) - pair_sums(images[::-1].copy(), texts, pairs,
+                                                           pairs)
