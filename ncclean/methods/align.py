@@ -251,13 +251,15 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
     try:
         image_factor = _factor(image_cov, ridge, image_width)
         text_factor = _factor(text_cov, ridge, text_width)
-    except np.linalg.LinAlgError:  # rounding beat a tiny ridge on a nearly constant side
+    except torch.linalg.LinAlgError:  # rounding beat a tiny ridge on a nearly constant side
         raise BadOptionError(f"the CCA's covariances are singular at align_ridge {ridge}; give a "
                              "larger -p align_ridge") from None
-    # the whitened cross-covariance L_i^-1 C L_t^-T, by triangular solves against C
+    # the whitened cross-covariance L_i^-1 C L_t^-T, by triangular solves against C; every
+    # factorisation by torch, which took about half numpy's time in a whole score (speed.md)
     half = torch.linalg.solve_triangular(image_factor, torch.from_numpy(cross), upper=False)
     whitened = torch.linalg.solve_triangular(text_factor, half.T, upper=False).T
-    left, correlations, right_t = np.linalg.svd(whitened.numpy(), full_matrices=False)
+    left, correlations, right_t = (t.numpy() for t in torch.linalg.svd(whitened,
+                                                                        full_matrices=False))
     dims = min(dims, max(1, int(np.count_nonzero(
         correlations > NO_CORRELATION * correlations[0]))))
     image_basis, text_basis = moments.bases
@@ -337,7 +339,7 @@ def _factor(cov: np.ndarray, ridge: float, width: int) -> torch.Tensor:
     is ``L^-1``. The mean eigenvalue is over ``width`` dimensions, the vectors' own, where
     ``cov`` is that of their coordinates in a basis of fewer."""
     shrunk = cov + ridge * max(np.trace(cov) / width, 1e-12) * np.eye(len(cov))
-    return torch.from_numpy(np.linalg.cholesky(shrunk))
+    return torch.linalg.cholesky(torch.from_numpy(shrunk))
 
 
 def _unwhiten(factor: torch.Tensor, directions: np.ndarray,

@@ -152,7 +152,7 @@ class Clip(Method):
     width_folds: Literal["auto", "shared", "own"] = param(
         "auto", help="with four widths averaged (see align_widths): every width on the same "
         "folds and shuffles of the pairs (shared), or each on its own (own: about +0.005 AUROC "
-        "on 300-pair corpora, at about twice the fit's time; benchmarks/results/rules.md); "
+        "on 300-pair corpora, at 1.5-2 times the fit's time; benchmarks/results/rules.md); "
         "auto is own where pairs are ranked cross-fitted (see rank), shared elsewhere")
     align_ridge: float | None = param(
         None, low=0, rule=f"{RIDGE:g} in a corpus of conventions (see conventions) or where "

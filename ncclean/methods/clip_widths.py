@@ -14,10 +14,10 @@ four widths where a fit is ranked in sample").
 
 Each width is a whole ``clip`` fit (its CCA, discount, neighbours' weights and null); the
 widths' CCAs of the same pairs are solved once and cut (:func:`~ncclean.methods.align.
-shared_fits`), so the four cost about what one does on the 300-pair example. Where pairs
+shared_fits`), so the four cost 1.0-1.5 times one on the 300-pair example. Where pairs
 are ranked cross-fitted, each width draws its own folds and shuffles (:func:`member_seed`;
 ``clip``'s ``width_folds``), which averages the cross-fitting over four splits of the pairs:
-+0.005 AUROC on 300-pair corpora (24 noisy files, 20 of them higher), at about twice the
++0.005 AUROC on 300-pair corpora (24 noisy files, 20 of them higher), at 1.5-2 times the
 fit's time, since only the fits of all the pairs are shared then
 (``benchmarks/results/rules.md``, "Each width on its own folds"). The result's
 columns, space, alignment and neighbours are those of :data:`PRIMARY` directions, its noise

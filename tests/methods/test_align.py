@@ -197,3 +197,10 @@ def test_moments_of_different_bases_do_not_subtract(rng):
     with pytest.raises(ValueError, match="different bases"):
         pair_sums(images, texts, pairs, pairs) - pair_sums(images[::-1].copy(), texts, pairs,
                                                            pairs)
+
+
+def test_a_ridge_too_small_for_rounding_is_refused_with_the_fix(rng):
+    images, texts = rng.normal(size=(20, 32)), rng.normal(size=(20, 24))
+    pairs = np.arange(20)
+    with pytest.raises(BadOptionError, match="singular at align_ridge 1e-30; give a larger"):
+        fit_alignment(images, texts, pairs, pairs, dims=4, ridge=1e-30)
