@@ -45,9 +45,15 @@ from ncclean.models.linear import linear
 
 _BLOCK = 16384
 #: A direction whose canonical correlation is below this share of the first's correlates nothing
-#: (a fit of ``n`` pairs has at most ``n - 1``; past them the decomposition's vectors are
-#: arbitrary, up to rounding): a fit keeps none.
+#: (past the cross-covariance's rank the decomposition's vectors are arbitrary, up to rounding):
+#: a fit keeps none, nor more than ``n - 1`` directions from ``n`` pairs.
 NO_CORRELATION = 1e-6
+#: The smallest ``ridge`` a fit takes (relative to the mean eigenvalue, as every ridge here).
+MIN_RIDGE = 1e-6
+#: While a table lives: its basis (:func:`_in_basis`), so that every sum of its pairs, and so
+#: every pair of moments that subtract, is in the same one (feature tables are never written in
+#: place).
+_BASES: dict[int, tuple] = {}
 #: A side whose pairs' variance is below this share of their mean squared norm holds one vector
 #: up to float32 rounding (about 1e-7 of it): it has nothing to correlate.
 MIN_VARIANCE = 1e-5
@@ -104,8 +110,10 @@ def fit_alignment(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray
     ``images`` ``(n_images, d_image)`` and ``texts`` ``(n_texts, d_text)`` are the feature tables
     (any float dtype); ``image_group`` and ``text_group`` ``(n_pairs,) int64`` say which entries
     form each pair, and every pair counts once (an image in three pairs counts three times).
-    ``dims`` is capped at the narrower width. Raises :class:`BadOptionError` for a ``dims`` below
-    1, a ``ridge`` that is not positive, or pairs :func:`unalignable` refuses."""
+    ``dims`` is capped at the narrower width, at one less than the pairs, and at the directions
+    in which they correlate at all (:data:`NO_CORRELATION`). Raises :class:`BadOptionError` for
+    a ``dims`` below 1, a ``ridge`` below :data:`MIN_RIDGE`, or pairs :func:`unalignable`
+    refuses."""
     return alignment_from_sums(pair_sums(images, texts, image_group, text_group), dims, ridge)
 
 
@@ -154,7 +162,7 @@ def shared_fits(widest: int) -> Iterator[None]:
     again: each is solved once at ``widest`` directions and cut to the ``dims`` asked, the same
     directions a narrower fit keeps (fits of several widths on the same folds share their
     whitening and decomposition, most of a fit's cost)."""
-    token = _SHARED.set({"widest": widest, "fits": {}, "tables": {}, "bases": {}})
+    token = _SHARED.set({"widest": widest, "fits": {}, "tables": {}})
     try:
         yield
     finally:
@@ -165,8 +173,10 @@ def alignment_from_sums(moments: PairSums, dims: int = 128, ridge: float = 100.0
     """The ridge CCA of the pairs whose moments are ``moments`` (:func:`fit_alignment`)."""
     if dims < 1:
         raise BadOptionError(f"align_dims must be at least 1, got {dims}")
-    if not ridge > 0:  # without shrinkage the whitening fails wherever a width exceeds the pairs
-        raise BadOptionError(f"align_ridge must be positive, got {ridge}")
+    if not ridge >= MIN_RIDGE:  # without shrinkage the whitening fails where a width exceeds
+        # the pairs; below this, in the rounding of the covariances, it fails or overfits by luck
+        raise BadOptionError(f"align_ridge must be at least {MIN_RIDGE:g} (a share of the "
+                             f"covariances' mean eigenvalue), got {ridge}")
     if (reason := unalignable(moments)) is not None:
         raise BadOptionError(f"aligning two encoders needs {reason}")
     if (shared := _SHARED.get()) is None or dims > shared["widest"]:
@@ -211,12 +221,14 @@ def _sources(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
     return ("pairs", *digests, _fingerprint(np.asarray(image_group), np.asarray(text_group)))
 
 
-def _per_table(cache: dict, table: np.ndarray, compute):
+def _per_table(cache: dict, table: np.ndarray, compute, forget: bool = False):
     """``compute(table)``, kept in ``cache`` while ``table`` lives (a weak reference tells a
-    table from a later object given its ``id``)."""
+    table from a later object given its ``id``; ``forget``: the entry goes with the table)."""
     known = cache.get(id(table))
     if known is None or known[0]() is not table:
         known = cache[id(table)] = (weakref.ref(table), compute(table))
+        if forget:
+            weakref.finalize(table, cache.pop, id(table), None)
     return known[1]
 
 
@@ -224,13 +236,10 @@ def _in_basis(table: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | No
     """``(basis, coordinates)`` of a table with fewer rows than its width: an orthonormal
     ``(d, r) float64`` basis of its rows (as float32, the values :func:`_block` reads) and the
     rows' ``(r, r) float64`` coordinates in it; ``(None, None)`` for a table at least as long as
-    it is wide. Within :func:`shared_fits` each table's is computed once."""
+    it is wide. Each table's is computed once while it lives (:data:`_BASES`)."""
     if len(table) >= table.shape[1]:
         return None, None
-    shared = _SHARED.get()
-    if shared is not None:
-        return _per_table(shared["bases"], table, _basis)
-    return _basis(table)
+    return _per_table(_BASES, table, _basis, forget=True)
 
 
 def _basis(table: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,15 +261,16 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
         image_factor = _factor(image_cov, ridge, image_width)
         text_factor = _factor(text_cov, ridge, text_width)
     except torch.linalg.LinAlgError:  # rounding beat a tiny ridge on a nearly constant side
-        raise BadOptionError(f"the CCA's covariances are singular at align_ridge {ridge}; give a "
-                             "larger -p align_ridge") from None
+        raise _singular(ridge) from None
     # the whitened cross-covariance L_i^-1 C L_t^-T, by triangular solves against C; every
     # factorisation by torch, which took about half numpy's time in a whole score (speed.md)
     half = torch.linalg.solve_triangular(image_factor, torch.from_numpy(cross), upper=False)
     whitened = torch.linalg.solve_triangular(text_factor, half.T, upper=False).T
     left, correlations, right_t = (t.numpy() for t in torch.linalg.svd(whitened,
                                                                         full_matrices=False))
-    dims = min(dims, max(1, int(np.count_nonzero(
+    if not correlations[0] <= 1 + NO_CORRELATION:  # shrunk covariances correlate below 1
+        raise _singular(ridge)
+    dims = min(dims, n - 1, max(1, int(np.count_nonzero(
         correlations > NO_CORRELATION * correlations[0]))))
     image_basis, text_basis = moments.bases
     return Alignment(image_mean=_raw(image_basis, mean_i).numpy().astype(np.float32),
@@ -268,6 +278,13 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
                      image_projection=_unwhiten(image_factor, left[:, :dims], image_basis),
                      text_projection=_unwhiten(text_factor, right_t[:dims].T, text_basis),
                      correlations=correlations[:dims], ridge=ridge)
+
+
+def _singular(ridge: float) -> BadOptionError:
+    """The error of a ridge too small for rounding: the factor failed, or a correlation came out
+    above 1."""
+    return BadOptionError(f"the CCA's covariances are singular at align_ridge {ridge}; give a "
+                          "larger -p align_ridge")
 
 
 def _raw(basis: torch.Tensor | None, coordinates: torch.Tensor) -> torch.Tensor:

@@ -194,13 +194,58 @@ def test_moments_of_different_bases_do_not_subtract(rng):
 
     images, texts = rng.normal(size=(20, 32)), rng.normal(size=(20, 24))
     pairs = np.arange(20)
+    whole = pair_sums(images, texts, pairs, pairs)
+    part = pair_sums(images, texts, pairs[:5], pairs[:5])
+    assert part.bases[0] is whole.bases[0]  # one basis per table while it lives
+    assert (whole - part).count == 15
     with pytest.raises(ValueError, match="different bases"):
-        pair_sums(images, texts, pairs, pairs) - pair_sums(images[::-1].copy(), texts, pairs,
-                                                           pairs)
+        whole - pair_sums(images[::-1].copy(), texts, pairs, pairs)
 
 
-def test_a_ridge_too_small_for_rounding_is_refused_with_the_fix(rng):
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("repeat", [1, 3])  # tables shorter than wide (a basis) or not
+def test_a_ridge_in_the_covariances_rounding_is_refused_with_the_fix(seed, repeat):
+    # 20 pairs of 32- and 24-wide vectors: below the floor the whitening fails or overfits by
+    # the luck of rounding, so the fit is refused whatever the rounding does
+    rng = np.random.default_rng(seed)
     images, texts = rng.normal(size=(20, 32)), rng.normal(size=(20, 24))
     pairs = np.arange(20)
-    with pytest.raises(BadOptionError, match="singular at align_ridge 1e-30; give a larger"):
-        fit_alignment(images, texts, pairs, pairs, dims=4, ridge=1e-30)
+    with pytest.raises(BadOptionError, match="align_ridge must be at least 1e-06 .*got 1e-30"):
+        fit_alignment(np.tile(images, (repeat, 1)), np.tile(texts, (repeat, 1)), pairs, pairs,
+                      dims=4, ridge=1e-30)
+    fitted = fit_alignment(np.tile(images, (repeat, 1)), np.tile(texts, (repeat, 1)), pairs,
+                           pairs, dims=4, ridge=1e-6)
+    assert fitted.correlations[0] <= 1
+
+
+def test_offset_vectors_keep_no_more_directions_than_their_pairs_allow(rng):
+    # vectors far from zero (as ImageNet features are) round their float32 products; a fit of
+    # 30 pairs still keeps at most 29 directions, in a basis or not
+    images, texts = rng.normal(size=(30, 64)) + 10, rng.normal(size=(30, 48)) + 10
+    pairs = np.arange(30)
+    short = fit_alignment(images, texts, pairs, pairs, dims=40, ridge=1.0)
+    long = fit_alignment(np.tile(images, (3, 1)), np.tile(texts, (3, 1)), pairs, pairs,
+                         dims=40, ridge=1.0)
+    assert short.dims == long.dims == 29
+    np.testing.assert_allclose(short.correlations, long.correlations, rtol=1e-4)
+
+
+def test_a_fold_left_out_of_moments_in_a_basis_is_fitted_as_its_pairs_alone(rng):
+    # the whole less a fold (caption folds, cross-fitting) subtracts sums taken in one basis;
+    # half-precision tables read as their float32 values
+    from ncclean.methods.align import alignment_from_sums, pair_sums
+
+    images = (rng.normal(size=(50, 96)) + 3).astype(np.float16)
+    texts = (rng.normal(size=(40, 64)) + 3).astype(np.float16)
+    image_group, text_group = rng.integers(0, 50, size=80), rng.integers(0, 40, size=80)
+    held = np.arange(80) < 20
+    whole = pair_sums(images, texts, image_group, text_group)
+    assert all(basis is not None for basis in whole.bases)
+    left = whole - pair_sums(images, texts, image_group[held], text_group[held])
+    fold = alignment_from_sums(left, 8, 2.0)
+    alone = fit_alignment(images.astype(np.float32), texts.astype(np.float32),
+                          image_group[~held], text_group[~held], dims=8, ridge=2.0)
+    np.testing.assert_allclose(fold.correlations, alone.correlations, rtol=1e-5)
+    rows = np.arange(40)
+    np.testing.assert_allclose(fold.pair_cosine(images, texts, rows, rows),
+                               alone.pair_cosine(images, texts, rows, rows), atol=1e-4)
