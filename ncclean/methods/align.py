@@ -50,6 +50,9 @@ _BLOCK = 16384
 NO_CORRELATION = 1e-6
 #: The smallest ``ridge`` a fit takes (relative to the mean eigenvalue, as every ridge here).
 MIN_RIDGE = 1e-6
+#: How far above 1 rounding may carry the first canonical correlation of shrunk covariances
+#: (which correlate below 1); past it the ridge was too small for the arithmetic.
+ROUNDING = 1e-6
 #: While a table lives: its basis (:func:`_in_basis`), so that every sum of its pairs, and so
 #: every pair of moments that subtract, is in the same one (feature tables are never written in
 #: place).
@@ -138,6 +141,12 @@ class PairSums:
     source: tuple | None = field(default=None, compare=False)
     bases: tuple[torch.Tensor | None, torch.Tensor | None] = field(default=(None, None),
                                                                    compare=False)
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """The vectors' own widths (not their coordinates' where a side is in a basis)."""
+        return tuple(len(total) if basis is None else basis.shape[0]
+                     for total, basis in zip(self.sums, self.bases))
 
     def __sub__(self, other: PairSums) -> PairSums:
         if not all(a is b or (a is not None and b is not None and torch.equal(a, b))
@@ -252,11 +261,10 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
     n = moments.count
     mean_i, mean_t = (total / n for total in moments.sums)
     image_cov, text_cov, cross = (
-        (total / n - torch.outer(u, v)).numpy() for total, (u, v) in
+        total / n - torch.outer(u, v) for total, (u, v) in
         zip(moments.products, ((mean_i, mean_i), (mean_t, mean_t), (mean_i, mean_t))))
     # the ridge is relative to the mean eigenvalue over the vectors' whole width
-    image_width, text_width = (len(total) if basis is None else basis.shape[0]
-                               for total, basis in zip(moments.sums, moments.bases))
+    image_width, text_width = moments.widths
     try:
         image_factor = _factor(image_cov, ridge, image_width)
         text_factor = _factor(text_cov, ridge, text_width)
@@ -264,11 +272,11 @@ def _solve(moments: PairSums, dims: int, ridge: float) -> Alignment:
         raise _singular(ridge) from None
     # the whitened cross-covariance L_i^-1 C L_t^-T, by triangular solves against C; every
     # factorisation by torch, which took about half numpy's time in a whole score (speed.md)
-    half = torch.linalg.solve_triangular(image_factor, torch.from_numpy(cross), upper=False)
+    half = torch.linalg.solve_triangular(image_factor, cross, upper=False)
     whitened = torch.linalg.solve_triangular(text_factor, half.T, upper=False).T
-    left, correlations, right_t = (t.numpy() for t in torch.linalg.svd(whitened,
-                                                                        full_matrices=False))
-    if not correlations[0] <= 1 + NO_CORRELATION:  # shrunk covariances correlate below 1
+    left, correlations, right_t = torch.linalg.svd(whitened, full_matrices=False)
+    correlations = correlations.numpy()
+    if not correlations[0] <= 1 + ROUNDING:
         raise _singular(ridge)
     dims = min(dims, n - 1, max(1, int(np.count_nonzero(
         correlations > NO_CORRELATION * correlations[0]))))
@@ -317,8 +325,9 @@ def pair_sums(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
     most of the cost (a million 512-d pairs: about 19 s on two cores). A table with fewer rows
     than its width is summed in its rows' basis (:attr:`PairSums.bases`), in float64."""
     (image_basis, image_rows), (text_basis, text_rows) = _in_basis(images), _in_basis(texts)
-    width = tuple(len(t) if basis is not None else t.shape[1]
-                  for t, basis in ((images, image_basis), (texts, text_basis)))
+    # each side's summed width: its vectors', or its coordinates' in the basis of its rows
+    width = tuple(t.shape[1] if rows is None else rows.shape[1]
+                  for t, rows in ((images, image_rows), (texts, text_rows)))
     sums = (torch.zeros(width[0], dtype=torch.float64), torch.zeros(width[1], dtype=torch.float64))
     products = (torch.zeros(width[0], width[0], dtype=torch.float64),
                 torch.zeros(width[1], width[1], dtype=torch.float64),
@@ -351,20 +360,20 @@ def _block(table: np.ndarray, index: np.ndarray | slice) -> torch.Tensor:
     return torch.from_numpy(np.array(table[index], dtype=np.float32))
 
 
-def _factor(cov: np.ndarray, ridge: float, width: int) -> torch.Tensor:
+def _factor(cov: torch.Tensor, ridge: float, width: int) -> torch.Tensor:
     """``L``, lower triangular, with ``L @ L.T = cov + ridge * mean_eigenvalue * I``: whitening
     is ``L^-1``. The mean eigenvalue is over ``width`` dimensions, the vectors' own, where
     ``cov`` is that of their coordinates in a basis of fewer."""
-    shrunk = cov + ridge * max(np.trace(cov) / width, 1e-12) * np.eye(len(cov))
-    return torch.linalg.cholesky(torch.from_numpy(shrunk))
+    shift = ridge * max(float(torch.diagonal(cov).sum()) / width, 1e-12)
+    return torch.linalg.cholesky(cov + shift * torch.eye(len(cov), dtype=cov.dtype))
 
 
-def _unwhiten(factor: torch.Tensor, directions: np.ndarray,
+def _unwhiten(factor: torch.Tensor, directions: torch.Tensor,
               basis: torch.Tensor | None) -> np.ndarray:
     """``L^-T @ directions`` (float32), in raw coordinates: whitened directions as projections
     of raw vectors."""
-    return _raw(basis, torch.linalg.solve_triangular(factor.T, torch.from_numpy(
-        np.ascontiguousarray(directions)), upper=True)).numpy().astype(np.float32)
+    return _raw(basis, torch.linalg.solve_triangular(factor.T, directions.contiguous(),
+                                                     upper=True)).numpy().astype(np.float32)
 
 
 def _project(vectors: np.ndarray, mean: np.ndarray, projection: np.ndarray,
