@@ -18,10 +18,8 @@ With ``eval_every`` an arm also records its learning curve: the test metrics at 
 end after every ``eval_every`` steps, and at the last step. Evaluating draws no random numbers,
 so the final metrics are the same with or without it, and with the constant rate the curve's
 point at step ``s`` is what ``steps = s`` would give. :func:`late_slope` reads from the curve
-whether an arm was still improving when it stopped: on clip art at 50% noise every arm rose by
-5-20 rSum per 1,000 steps over the second half of 1,600 steps, and all but the ``weighted`` arms
-by under 5 over the second half of 3,200 (``benchmarks/journal.md``), and a cleaned arm's
-advantage over the raw corpus shrank as they levelled off. ``schedule="cosine"`` decays the rate
+whether an arm was still improving when it stopped (an arm still rising flatters the smaller
+set that converged sooner: ``docs/retraining.md``). ``schedule="cosine"`` decays the rate
 to 0 over the steps, which steadies the last readings but, at the same step budget, ends every
 arm lower; its curve flattens as the rate falls, so a small late slope means less with it.
 :func:`best_stretch` reads the opposite: an arm that peaked and fell. With both towers heads on

@@ -10,20 +10,13 @@ Two ways to cut, after any method:
   defaults to the single 0.5 cut (no band).
 - **a noise rate** (``noise_rate``): the ``round(rate * n)`` pairs with the lowest
   ``clean_prob`` are noisy, the rest clean. Use the method's estimate (``"auto"``, the mixture's
-  noisy weight) or a known rate. At high noise this keeps a much cleaner set than the 0.5 cut
-  (measured in the prototype at 80% noise: 53% noise kept instead of 65%).
+  noisy weight) or a known rate. At high noise this can keep a cleaner set than the 0.5 cut.
 
 With ``rare_clean_above``, pairs whose caption text occurs at most ``rare_count`` times among
 the valid pairs are clean from that lower threshold (and noisy only below it, when it lies under
-``noisy_below``). A cut for a training set, not for review: a retrained matcher lost most of what
-cleaning could give it through the rare-caption clean pairs the 0.8 cut drops. Measured on clip art
-at 50% noise, gmm with pretrained image and caption vectors (``benchmarks/journal.md``, "Retraining
-on both pretrained towers, and a lower threshold for rare captions"): giving back only the 167
-rare-caption clean pairs that cut dropped (no noisy pair) lifted the retrain above the truly
-clean pairs' own, the 168 dropped clean pairs with repeated captions gave nothing, and
-``rare_clean_above=0.1`` took the share of the gap recovered from 11% to 35% (three seeds), with
-about 106 more rare clean pairs and 166 more noisy ones; at 20% noise from 34% to 70%, at 80% from
-3% to 14%, and with the CNN matcher at 50% from 8% to 30%.
+``noisy_below``). A cut for a training set, not for review: the clean pairs with rare captions
+that the 0.8 cut drops are most of what cleaning gives a retrained matcher
+(``benchmarks/results/retrain.md``, where ``--preset train`` sets it).
 
 **Recall bands** (``noisy_recall``, ``review_recall``; ``score``'s default 0.5 and 0.9, the
 ``review`` preset): the thresholds' partitions are widened until ``noisy`` holds at least half of

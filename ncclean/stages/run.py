@@ -64,8 +64,7 @@ def run_stages(result, features, clean_prob: np.ndarray, parts: np.ndarray,
             device=device, embeddings=embeddings, corpus_pairs=corpus_pairs, progress=progress)
         # Specificity cannot tell a caption that says nothing from one the space has not
         # learned; a caption used on at most rare_count images is no collection name, so it
-        # stays significant (measured in benchmarks/journal.md, "Training on
-        # clean_significant").
+        # stays significant (benchmarks/results/retrain.md).
         exempt = rare if mode == "specificity" else np.zeros(len(parts), dtype=bool)
         parts[clean & (values < 1) & ~exempt] = CLEAN_INSIGNIFICANT
         stages.significance = values
