@@ -5,9 +5,9 @@ strongly the CCA is shrunk (``align_ridge``) and how many directions it keeps (`
 Two signals decide them. The *convention share*: the share of pairs whose caption
 :data:`CONVENTION_COUNT` or more pairs carry (a collection's label, a site's name, "Part of the
 Flat Icon Collection"); a corpus where it reaches :data:`CONVENTION_SHARE` is one of
-conventions, like clip art. And the fit's
-*entries*: the fewer of its distinct captions and distinct images, the samples its covariances
-are estimated from, counted in widths (the vectors' summed width).
+conventions, like clip art. And the fit's *entries*: the fewer of its distinct captions and
+distinct images, the samples its covariances are estimated from, counted in widths (the
+vectors' summed width).
 
 - A corpus of conventions keeps clip art's settings: captions discounted
   (:mod:`ncclean.methods.conventions`), ridge :data:`RIDGE`, and below :data:`CROSS_FIT_WIDTHS`
