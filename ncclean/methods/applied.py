@@ -143,10 +143,10 @@ def signal_table(signal: np.ndarray, clean_prob: np.ndarray) -> tuple[np.ndarray
 def isotonic(signal: np.ndarray, prob: np.ndarray) -> np.ndarray:
     """``(n,) float64``: the non-decreasing fit of ``prob`` on ``signal`` (a higher signal is
     never less clean)."""
-    from sklearn.isotonic import IsotonicRegression
+    from ncclean.methods.isotonic import isotonic_fit
 
-    model = IsotonicRegression(increasing=True, out_of_bounds="clip", y_min=0.0, y_max=1.0)
-    return model.fit_transform(np.asarray(signal, np.float64), np.asarray(prob, np.float64))
+    _, fitted, inverse = isotonic_fit(signal, prob)
+    return fitted[inverse]
 
 
 def quantile_map(signal: np.ndarray, reference: np.ndarray) -> np.ndarray:
