@@ -14,3 +14,13 @@ def auto_method(config, initial) -> str:
     if initial is None and (raw_source(config) is not None or config.starts_pretrained):
         return "clip"
     return "gmm"
+
+
+def small_corpus_advice(config, initial) -> str:
+    """What ranks a corpus below a method's measured minimum best, for ``score``'s warning:
+    ``clip`` on these towers where ``auto`` would pick it, else ``clip`` on the pretrained
+    towers (towers trained from scratch: ``benchmarks/results/small-corpora.md``)."""
+    if auto_method(config, initial) == "clip":
+        return "--method clip ranks small corpora best"
+    return ("clip on pretrained towers ranks small corpora best (pip install "
+            "'ncclean[imagenet,e5]', then no --method or encoder option)")

@@ -193,7 +193,7 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
     from ncclean.data.images import DEFAULT_MAX_PIXELS
     from ncclean.errors import BadOptionError
     from ncclean.methods.base import Context, make_method
-    from ncclean.methods.choose import auto_method
+    from ncclean.methods.choose import auto_method, small_corpus_advice
     from ncclean.models.features import build_features, complete_config
     from ncclean.models.resolve import matcher_config
     from ncclean.stages.partition import caption_counts, partition
@@ -237,13 +237,9 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
                              f"least 2 ({_why_invalid(corpus)})")
     seconds["read"] = time.perf_counter() - began
     if features.n_pairs < chosen.min_pairs:
-        better = "--method clip ranks small corpora best" \
-            if auto_method(config, initial) == "clip" else \
-            "clip on pretrained towers ranks small corpora best (pip install " \
-            "'ncclean[imagenet,e5]', then no --method or encoder option)"
         warnings.append(f"{features.n_pairs:,} pairs is below the {chosen.min_pairs:,} that "
                         f"{method} was measured to need (benchmarks/results/small-corpora.md): "
-                        f"its scores here are unreliable; {better}")
+                        f"its scores here are unreliable; {small_corpus_advice(config, initial)}")
 
     fitted = time.perf_counter()
     result = chosen.fit(features, Context(
