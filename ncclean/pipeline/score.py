@@ -237,9 +237,10 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
                              f"least 2 ({_why_invalid(corpus)})")
     seconds["read"] = time.perf_counter() - began
     if features.n_pairs < chosen.min_pairs:
+        advice = small_corpus_advice(method, config, initial)
         warnings.append(f"{features.n_pairs:,} pairs is below the {chosen.min_pairs:,} that "
                         f"{method} was measured to need (benchmarks/results/small-corpora.md): "
-                        f"its scores here are unreliable; {small_corpus_advice(config, initial)}")
+                        f"its scores here are unreliable; {advice}")
 
     fitted = time.perf_counter()
     result = chosen.fit(features, Context(

@@ -13,7 +13,7 @@ from tests.pipeline.corpora import vector_table
 
 def test_below_its_measured_minimum_a_method_warns(tmp_path):
     pq.write_table(vector_table(200), tmp_path / "in.parquet")
-    assert get_method("gmm").min_pairs > 200 and get_method("clip").min_pairs == 0
+    assert get_method("gmm").min_pairs > 200 and get_method("clip").min_pairs == 200
     columns = Columns(image_emb="img", text_emb="txt")
     summary = api.score(tmp_path / "in.parquet", tmp_path / "gmm.parquet", "gmm",
                         {"epochs": 2, "warmup_epochs": 1, "pool_size": 64}, columns=columns,
@@ -38,3 +38,12 @@ def test_on_towers_trained_from_scratch_the_warning_points_at_the_pretrained_tow
     said = [w for w in summary.warnings if "was measured to need" in w]
     assert len(said) == 1 and "pip install 'ncclean[imagenet,e5]'" in said[0], said
     assert "--method clip ranks" not in said[0]
+
+
+def test_below_clips_own_minimum_the_warning_asks_for_more_pairs(tmp_path):
+    pq.write_table(vector_table(150), tmp_path / "in.parquet")
+    summary = api.score(tmp_path / "in.parquet", tmp_path / "clip.parquet", "clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
+    said = [w for w in summary.warnings if "was measured to need" in w]
+    assert len(said) == 1 and said[0].startswith("150 pairs is below the 200 that clip"), said
+    assert said[0].endswith("score them inside a larger corpus of their kind, or review them all")
