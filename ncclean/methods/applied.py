@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from ncclean.methods.isotonic import isotonic_fit
+
 if TYPE_CHECKING:
     from ncclean.train.scoring import Embeddings
 
@@ -143,8 +145,6 @@ def signal_table(signal: np.ndarray, clean_prob: np.ndarray) -> tuple[np.ndarray
 def isotonic(signal: np.ndarray, prob: np.ndarray) -> np.ndarray:
     """``(n,) float64``: the non-decreasing fit of ``prob`` on ``signal`` (a higher signal is
     never less clean)."""
-    from ncclean.methods.isotonic import isotonic_fit
-
     _, fitted, inverse = isotonic_fit(signal, prob)
     return fitted[inverse]
 
