@@ -49,8 +49,9 @@ def methods(
         if spec["help"]:
             out.print(f"      {escape(spec['help'])}")
     if method.get("min_pairs"):
-        out.print(f"measured to need at least {method['min_pairs']:,} pairs (score warns "
-                  "below; benchmarks/results/small-corpora.md)")
+        where = f" {method['min_pairs_where']}" if method.get("min_pairs_where") else ""
+        out.print(escape(f"measured to need at least {method['min_pairs']:,} pairs{where} "
+                         "(score warns below; benchmarks/results/small-corpora.md)"))
     if method["departures"]:
         out.print("departures from the paper:")
         for sentence in method["departures"]:

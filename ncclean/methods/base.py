@@ -286,6 +286,9 @@ class Method(ABC):
     #: 0.85 over seeded subsets of clip art at 30% noise (``benchmarks/results/small-corpora.md``);
     #: below it ``score`` warns.
     min_pairs: ClassVar[int] = 0
+    #: Where ``min_pairs`` holds, when the minimum depends on the matcher
+    #: (:meth:`measured_minimum`), for ``ncclean methods NAME``.
+    min_pairs_where: ClassVar[str] = ""
     #: Where the method departs from its paper, one sentence each (``ncclean methods NAME``).
     departures: ClassVar[tuple[str, ...]] = ()
 
@@ -294,6 +297,12 @@ class Method(ABC):
         for spec in param_specs(type(self)).values():
             setattr(self, spec.name, spec.check(getattr(self, spec.name), self.name))
         self.check()
+
+    def measured_minimum(self, features, context: Context) -> int:
+        """The smallest corpus (valid pairs) the method was measured to rank well on with these
+        ``features`` and ``context``'s matcher: ``min_pairs``, unless the method's minimum
+        depends on them."""
+        return self.min_pairs
 
     def check(self) -> None:
         """Rules that join two parameters (``measure=...`` needs ``update=epoch``); raise
@@ -372,12 +381,14 @@ def describe_methods(name: str | None = None) -> list[dict]:
             if name is not None:
                 raise
             described.append({"name": method, "summary": "", "error": str(error),
-                              "params": [], "departures": [], "min_pairs": 0})
+                              "params": [], "departures": [], "min_pairs": 0,
+                              "min_pairs_where": ""})
             continue
         params = [{"name": spec.name, "default": spec.default, "rule": spec.rule,
                    "allowed": spec.allowed(), "help": spec.help}
                   for spec in param_specs(cls).values()]
         described.append({"name": method, "summary": getattr(cls, "summary", ""), "error": None,
                           "params": params, "departures": list(getattr(cls, "departures", ())),
-                          "min_pairs": getattr(cls, "min_pairs", 0)})
+                          "min_pairs": getattr(cls, "min_pairs", 0),
+                          "min_pairs_where": getattr(cls, "min_pairs_where", "")})
     return described

@@ -96,6 +96,9 @@ CROSS_FIT_FOLDS = 10
 #: ``CROSS_FIT_FOLDS`` times this is read on fewer folds, down to two (under twice this, no
 #: null: its in-sample cosines are read by a mixture).
 CROSS_FIT_FOLD_PAIRS = 20
+#: The smallest corpus on which a matcher warmed up from scratch ranks well (the rule of
+#: :attr:`~ncclean.methods.base.Method.min_pairs`; benchmarks/results/small-corpora.md).
+SCRATCH_MIN_PAIRS = 1200
 
 
 @dataclass
@@ -109,7 +112,13 @@ class Clip(Method):
                               "training on embeddings (two encoders' columns: a CCA fitted on the "
                               "corpus first)")
     trains_matcher: ClassVar[bool] = False
+    #: With a CCA fitted on the corpus; a matcher warmed up on it from scratch needs
+    #: :data:`SCRATCH_MIN_PAIRS`, one fixed space nothing (:meth:`measured_minimum`).
     min_pairs: ClassVar[int] = 200
+    min_pairs_where: ClassVar[str] = (
+        f"with a CCA fitted on the corpus ({SCRATCH_MIN_PAIRS:,} with a matcher warmed up on it "
+        "from scratch; none in one fixed space: a pretrained CLIP, a loaded matcher, vector "
+        "columns of one width)")
     application: ClassVar[Application] = ClipSimilarity()
     departures: ClassVar[tuple[str, ...]] = (
         "Unless keep_fraction is set, clean_prob is a probability (one minus the local false "
@@ -345,6 +354,17 @@ class Clip(Method):
                                 noise_rate=1.0 - float(clean_prob.mean()), report=report)
         return MethodResult(clean_prob=np.full(n, 0.5), columns={"clip_sim": similarity},
                             report=report, partition=np.full(n, VAGUE, dtype=object))
+
+    def measured_minimum(self, features: Features, context: Context) -> int:
+        """``min_pairs`` where a CCA is fitted on the corpus; :data:`SCRATCH_MIN_PAIRS` for a
+        matcher warmed up on it from scratch; none in one fixed space (a pretrained CLIP, a
+        loaded matcher, vector columns read as they are), whose cosine ranks the pairs alike at
+        any size (``benchmarks/results/small-corpora.md``)."""
+        if self._cca_on_vectors(features, context):
+            return self.min_pairs
+        if _pretrained(context) or raw_source(context.matcher_config) is not None:
+            return 0
+        return SCRATCH_MIN_PAIRS
 
     def _cca_on_vectors(self, features: Features, context: Context) -> bool:
         """Whether a CCA is fitted on the corpus's own vector columns (no pretrained model)."""

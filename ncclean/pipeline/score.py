@@ -236,17 +236,19 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
                              f"pair{'s' if features.n_pairs != 1 else ''}; scoring needs at "
                              f"least 2 ({_why_invalid(corpus)})")
     seconds["read"] = time.perf_counter() - began
-    if features.n_pairs < chosen.min_pairs:
-        advice = small_corpus_advice(method, config, initial)
-        warnings.append(f"{features.n_pairs:,} pairs is below the {chosen.min_pairs:,} that "
-                        f"{method} was measured to need (benchmarks/results/small-corpora.md): "
-                        f"its scores here are unreliable; {advice}")
-
-    fitted = time.perf_counter()
-    result = chosen.fit(features, Context(
+    context = Context(
         seed=run.seed, device=device, progress=progress, matcher_config=config, initial=initial,
         checkpoint_dir=Path(run.checkpoint_dir) if run.checkpoint_dir else None,
-        resume=run.resume))
+        resume=run.resume)
+    if features.n_pairs < (minimum := chosen.measured_minimum(features, context)):
+        advice = small_corpus_advice(method, config, initial, features.n_pairs,
+                                     request.corpus_pairs)
+        warnings.append(f"{features.n_pairs:,} pairs is below the {minimum:,} that {method} was "
+                        "measured to need (benchmarks/results/small-corpora.md): its scores "
+                        f"here are unreliable; {advice}")
+
+    fitted = time.perf_counter()
+    result = chosen.fit(features, context)
     seconds["method"] = time.perf_counter() - fitted
     clean_prob = np.asarray(result.clean_prob, dtype=np.float64)
     if clean_prob.shape != (features.n_pairs,):
@@ -299,8 +301,14 @@ def write_fitted(request: ScoreRequest, state: dict) -> ScoreSummary:
                            state["clean_prob"], state["parts"], state["stages"],
                            state["seconds"], state["began"], sidecar, run.save_matcher,
                            run.write)
-    summary.warnings.extend(state["warnings"] + list(result.report.get("warnings", [])))
+    summary.warnings.extend(fit_warnings(state))
     return summary
+
+
+def fit_warnings(state: dict) -> list[str]:
+    """What the fit ``state`` (:func:`fit_corpus`) warned of: the pipeline's, then the
+    method's."""
+    return state["warnings"] + list(state["result"].report.get("warnings", []))
 
 
 def _why_invalid(corpus) -> str:

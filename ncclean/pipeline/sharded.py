@@ -100,7 +100,7 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
         check_shards,
     )
     from ncclean.pipeline.route import writes_folder
-    from ncclean.pipeline.score import cache_path, write_fitted
+    from ncclean.pipeline.score import cache_path, fit_warnings, write_fitted
     from ncclean.pipeline.shard import ShardJob
     from ncclean.pipeline.vectors import check_towers, embed_stage, needs_vectors
 
@@ -165,15 +165,16 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
                 shards[k] = shard
             columns = embedded.columns
             seconds["embed"] = time.perf_counter() - began
-        copies = None
+        copies, warnings = None, []
         if fit is not None:
             fit_dir = Path(scale.fit)
         else:
             fitting = request.but(method=method, columns=columns)
             copies = None if plan.in_place else _copies([shards[k] for k in kept], columns,
                                                         scratch)
-            fit = _keep(fitting, _fit(fitting, shards, scan, id_name, scratch, progress, plan,
-                                      copies), scan.total, scratch)
+            state = _fit(fitting, shards, scan, id_name, scratch, progress, plan, copies)
+            warnings = fit_warnings(state)
+            fit = _keep(fitting, state, scan.total, scratch)
             fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began - seconds.get("embed", 0.0)
@@ -191,7 +192,8 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
         seconds["apply"] = time.perf_counter() - applying
     extra = {"empty_shards": empty} | ({} if embedded is None else {"embedded": {
         "towers": embedded.identity, "computed": embedded.computed, "cached": embedded.cached}})
-    return _finish(request, out, to_folder, fit, reports, seconds, began, fingerprint, extra)
+    return _finish(request, out, to_folder, fit, reports, seconds, began, fingerprint, extra,
+                   warnings)
 
 
 def _auto_method(columns: Columns, matcher: MatcherOptions, device: str) -> str:
@@ -277,9 +279,11 @@ def _keep(request: ScoreRequest, state: dict, n_corpus: int, scratch: Path):
 
 
 def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: list[dict],
-            seconds: dict, began: float, fingerprint, extra: dict | None = None):
-    """The run record (written beside the output) and the summary of the whole run;
-    ``fingerprint()``: the input's fingerprint (:func:`~ncclean.provenance.input_sha256_soon`)."""
+            seconds: dict, began: float, fingerprint, extra: dict | None = None,
+            warnings: list[str] | None = None):
+    """The run record (written beside the output) and the summary of the whole run, with the
+    fit's ``warnings``; ``fingerprint()``: the input's fingerprint
+    (:func:`~ncclean.provenance.input_sha256_soon`)."""
     from ncclean.data.parquet import sidecar_path, write_json
     from ncclean.data.results import PARTITIONS
     from ncclean.pipeline.score import ScoreSummary
@@ -313,4 +317,5 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
         input=Path(input), output=out, method=fit.meta["method"], device=device, n_pairs=n_rows,
         n_invalid=counts["invalid"], partition_counts=counts, noise_rate=fit.meta["noise_rate"],
         noise_interval=fit.meta.get("noise_interval"), seconds=seconds,
-        n_pseudo_captions=sum(r["n_pseudo_captions"] for r in reports))
+        n_pseudo_captions=sum(r["n_pseudo_captions"] for r in reports),
+        warnings=list(warnings or []))

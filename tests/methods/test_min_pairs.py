@@ -3,11 +3,14 @@ warns in one line, and ``ncclean methods NAME`` says so."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ncclean import api
 from ncclean.data.schema import Columns
 from ncclean.methods.base import get_method
+from ncclean.options import ScaleOptions
 from tests.pipeline.corpora import vector_table
 
 
@@ -40,10 +43,58 @@ def test_on_towers_trained_from_scratch_the_warning_points_at_the_pretrained_tow
     assert "--method clip ranks" not in said[0]
 
 
+def two_encoders(table: pa.Table, width: int = 12) -> pa.Table:
+    """``table`` with its caption vectors cut to ``width``: two encoders' columns, which
+    ``clip`` aligns by a CCA fitted on the corpus."""
+    texts = np.stack(table.column("txt").to_numpy(zero_copy_only=False))[:, :width]
+    return table.set_column(table.schema.get_field_index("txt"), "txt",
+                            pa.array(list(texts), pa.list_(pa.float32())))
+
+
 def test_below_clips_own_minimum_the_warning_asks_for_more_pairs(tmp_path):
-    pq.write_table(vector_table(150), tmp_path / "in.parquet")
+    pq.write_table(two_encoders(vector_table(150)), tmp_path / "in.parquet")
     summary = api.score(tmp_path / "in.parquet", tmp_path / "clip.parquet", "clip",
                         columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
     said = [w for w in summary.warnings if "was measured to need" in w]
     assert len(said) == 1 and said[0].startswith("150 pairs is below the 200 that clip"), said
     assert said[0].endswith("score them inside a larger corpus of their kind, or review them all")
+
+
+def test_in_one_fixed_space_clip_ranks_alike_at_any_size_and_does_not_warn(tmp_path):
+    """Columns of one width are read as one space (a CLIP's vectors): no CCA is fitted, so a
+    pair's rank among any of its corpus's pairs is the same whether they were scored alone or
+    inside the larger corpus."""
+    table = vector_table(400, noise=0.4, seed=2)
+    columns = Columns(image_emb="img", text_emb="txt")
+    pq.write_table(table, tmp_path / "all.parquet")
+    pq.write_table(table.slice(0, 120), tmp_path / "few.parquet")
+    every = api.score(tmp_path / "all.parquet", tmp_path / "all-out.parquet", "clip",
+                      columns=columns, cache_dir=False)
+    few = api.score(tmp_path / "few.parquet", tmp_path / "few-out.parquet", "clip",
+                    columns=columns, cache_dir=False)
+    assert not [w for w in every.warnings + few.warnings if "was measured to need" in w]
+    inside = pq.read_table(tmp_path / "all-out.parquet").slice(0, 120)
+    alone = pq.read_table(tmp_path / "few-out.parquet")
+    assert inside.column("clip_sim").equals(alone.column("clip_sim"))
+    for scored in (inside, alone):  # clean_prob ranks as the cosine does
+        order = np.argsort(scored.column("clip_sim").to_numpy(), kind="stable")
+        assert (np.diff(scored.column("clean_prob").to_numpy()[order]) >= 0).all()
+
+
+def test_clip_from_scratch_has_the_scratch_minimum_and_points_at_the_pretrained_towers(tmp_path):
+    api.synth(tmp_path / "in.parquet", n_images=20, captions_per_image=2, seed=0)
+    summary = api.score(tmp_path / "in.parquet", tmp_path / "out.parquet", "clip",
+                        {"warmup_epochs": 1}, embed_dim=16, image_size=16, cache_dir=False)
+    said = [w for w in summary.warnings if "was measured to need" in w]
+    assert len(said) == 1 and said[0].startswith("40 pairs is below the 1,200 that clip"), said
+    assert "pip install 'ncclean[imagenet,e5]'" in said[0]
+
+
+def test_a_fit_sample_below_the_minimum_is_told_to_grow(tmp_path):
+    pq.write_table(two_encoders(vector_table(400)), tmp_path / "in.parquet")
+    summary = api.score(tmp_path / "in.parquet", tmp_path / "out", "clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                        scale=ScaleOptions(fit_sample=150))
+    said = [w for w in summary.warnings if "was measured to need" in w]
+    assert len(said) == 1 and said[0].startswith("150 pairs is below the 200 that clip"), said
+    assert said[0].endswith("fit on more of the corpus's 400 pairs (a larger --fit-sample)")
