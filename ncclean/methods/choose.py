@@ -16,18 +16,19 @@ def auto_method(config, initial) -> str:
     return "gmm"
 
 
-def small_corpus_advice(method: str, config, initial, n_pairs: int,
-                        corpus_pairs: int | None = None) -> str:
-    """What ranks a corpus of ``n_pairs`` below ``method``'s measured minimum best, for
-    ``score``'s warning: a larger fit sample where these pairs are one (``corpus_pairs``, the
-    corpus's); ``clip`` in the loaded matcher's space, which no corpus size limits; ``clip`` on
-    these towers where ``auto`` would pick it; else ``clip`` on the pretrained towers (towers
-    trained from scratch: ``benchmarks/results/small-corpora.md``); below ``clip``'s own
-    minimum, more pairs of the same kind."""
-    if corpus_pairs is not None and corpus_pairs > n_pairs:
-        return f"fit on more of the corpus's {corpus_pairs:,} pairs (a larger --fit-sample)"
+def small_corpus_advice(method: str, config, initial, n_pairs: int, minimum: int,
+                        corpus_rows: int | None = None) -> str:
+    """What ranks a corpus of ``n_pairs`` below ``method``'s measured ``minimum`` best, for
+    ``score``'s warning: a larger fit sample where these pairs are a sample of a corpus of
+    ``corpus_rows`` rows that could hold the minimum; ``clip`` in the loaded matcher's space,
+    which fits nothing on the corpus; ``clip`` on these towers where ``auto`` would pick it;
+    else ``clip`` on the pretrained towers (towers trained from scratch:
+    ``benchmarks/results/small-corpora.md``); below ``clip``'s own minimum, more pairs of the
+    same kind."""
+    if corpus_rows is not None and corpus_rows >= minimum:
+        return f"fit on a larger sample of the corpus's {corpus_rows:,} rows (--fit-sample)"
     if initial is not None:
-        return "--method clip reads the loaded matcher's own space, whatever the corpus's size"
+        return "--method clip reads the loaded matcher's own space and fits nothing on the corpus"
     if auto_method(config, initial) != "clip":
         return ("clip on pretrained towers ranks small corpora best (pip install "
                 "'ncclean[imagenet,e5]', then no --method or encoder option)")

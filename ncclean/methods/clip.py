@@ -116,9 +116,9 @@ class Clip(Method):
     #: :data:`SCRATCH_MIN_PAIRS`, one fixed space nothing (:meth:`measured_minimum`).
     min_pairs: ClassVar[int] = 200
     min_pairs_where: ClassVar[str] = (
-        f"with a CCA fitted on the corpus ({SCRATCH_MIN_PAIRS:,} with a matcher warmed up on it "
-        "from scratch; none in one fixed space: a pretrained CLIP, a loaded matcher, vector "
-        "columns of one width)")
+        f"with a CCA fitted on the corpus ({SCRATCH_MIN_PAIRS:,} with a matcher warmed up on it, "
+        "as measured from scratch; none in one fixed space: a pretrained CLIP, a loaded "
+        "matcher, vector columns of one width read as they are)")
     application: ClassVar[Application] = ClipSimilarity()
     departures: ClassVar[tuple[str, ...]] = (
         "Unless keep_fraction is set, clean_prob is a probability (one minus the local false "
@@ -357,9 +357,9 @@ class Clip(Method):
 
     def measured_minimum(self, features: Features, context: Context) -> int:
         """``min_pairs`` where a CCA is fitted on the corpus; :data:`SCRATCH_MIN_PAIRS` for a
-        matcher warmed up on it from scratch; none in one fixed space (a pretrained CLIP, a
-        loaded matcher, vector columns read as they are), whose cosine ranks the pairs alike at
-        any size (``benchmarks/results/small-corpora.md``)."""
+        matcher warmed up on it (measured with both towers from scratch); none in one fixed
+        space (a pretrained CLIP, a loaded matcher, vector columns read as they are), whose
+        cosine ranks the pairs alike at any size (``benchmarks/results/small-corpora.md``)."""
         if self._cca_on_vectors(features, context):
             return self.min_pairs
         if _pretrained(context) or raw_source(context.matcher_config) is not None:

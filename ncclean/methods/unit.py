@@ -19,17 +19,19 @@ def raw_embeddings(features: Features) -> Embeddings:
 
 
 def unit_rows(vectors: np.ndarray, block: int = 65536, tolerance: float = 1e-2) -> np.ndarray:
-    """``vectors`` scaled to unit length by row, ``block`` rows at a time; ``vectors`` itself
-    when every row is within ``tolerance`` of unit length (or zero)."""
+    """``vectors`` scaled to unit length by row, ``block`` rows at a time; a row within
+    ``tolerance`` of unit length (or zero) is kept as it is, so a row's vector never depends on
+    the other rows, and ``vectors`` itself is returned when every row is."""
     norms = np.concatenate([row_norms(vectors[i:i + block]) for i in range(0, len(vectors), block)]
                            or [np.zeros(0)])
-    if np.all((np.abs(norms - 1) <= tolerance) | (norms == 0)):
+    kept = (np.abs(norms - 1) <= tolerance) | (norms == 0)
+    if kept.all():
         return vectors
+    scale = np.where(kept, np.float32(1), np.maximum(norms, 1e-12)).astype(np.float32)
     dtype = vectors.dtype if vectors.dtype in (np.float16, np.float32) else np.float32
     out = np.empty(vectors.shape, dtype=dtype)
     for i in range(0, len(vectors), block):
-        rows = vectors[i:i + block].astype(np.float32)
-        out[i:i + block] = rows / np.maximum(norms[i:i + block, None], 1e-12)
+        out[i:i + block] = vectors[i:i + block].astype(np.float32) / scale[i:i + block, None]
     return out
 
 

@@ -220,7 +220,7 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
         raise BadOptionError(f"--save-matcher: the checkpoint format cannot hold {method}'s "
                              "matcher yet (it adds heads to a plain matcher); score without it")
     max_pixels = run.max_image_pixels or DEFAULT_MAX_PIXELS
-    warnings = [w for w in [resume_warning(run)] if w]
+    warnings: list[str] = []
 
     corpus = read_corpus(input, columns, strict=run.strict, image_size=decoded_size(config),
                          max_image_pixels=max_pixels, cache_dir=cache, progress=progress)
@@ -241,8 +241,11 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
         checkpoint_dir=Path(run.checkpoint_dir) if run.checkpoint_dir else None,
         resume=run.resume)
     if features.n_pairs < (minimum := chosen.measured_minimum(features, context)):
-        advice = small_corpus_advice(method, config, initial, features.n_pairs,
-                                     request.corpus_pairs)
+        sampled = request.scale.sample_size is not None \
+            and request.corpus_pairs is not None \
+            and request.scale.sample_size < request.corpus_pairs
+        advice = small_corpus_advice(method, config, initial, features.n_pairs, minimum,
+                                     request.corpus_pairs if sampled else None)
         warnings.append(f"{features.n_pairs:,} pairs is below the {minimum:,} that {method} was "
                         "measured to need (benchmarks/results/small-corpora.md): its scores "
                         f"here are unreliable; {advice}")
@@ -295,13 +298,14 @@ def write_fitted(request: ScoreRequest, state: dict) -> ScoreSummary:
         "cut": state["cut"].record(cut, by_method=result.partition is not None),
         "image_arithmetic": image_tower(config).arithmetic(request.device),
         "significance": significance_mode(stages, result), "write": run.write,
-        "options": request.options(),
+        "options": request.options(), "warnings": fit_warnings(state),
     } | request.provenance([shard.path for shard in corpus.source.shards], corpus.source.path)
     summary = write_scored(corpus, state["features"], Path(request.output), result,
                            state["clean_prob"], state["parts"], state["stages"],
                            state["seconds"], state["began"], sidecar, run.save_matcher,
                            run.write)
-    summary.warnings.extend(fit_warnings(state))
+    resuming = resume_warning(run)  # a run of shards resumes by them; one file does not
+    summary.warnings.extend(([resuming] if resuming else []) + fit_warnings(state))
     return summary
 
 

@@ -165,9 +165,10 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
                 shards[k] = shard
             columns = embedded.columns
             seconds["embed"] = time.perf_counter() - began
-        copies, warnings = None, []
+        copies = None
         if fit is not None:
             fit_dir = Path(scale.fit)
+            warnings = [f"the saved fit {scale.fit}: {w}" for w in fit.meta.get("warnings", [])]
         else:
             fitting = request.but(method=method, columns=columns)
             copies = None if plan.in_place else _copies([shards[k] for k in kept], columns,
@@ -175,6 +176,8 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
             state = _fit(fitting, shards, scan, id_name, scratch, progress, plan, copies)
             warnings = fit_warnings(state)
             fit = _keep(fitting, state, scan.total, scratch)
+            if warnings:  # said again wherever the fit is applied
+                fit.meta["warnings"] = warnings
             fit_dir = Path(scale.save_fit) if scale.save_fit else scratch / "fit"
             save_fit(fit, fit_dir)
             seconds["fit"] = time.perf_counter() - began - seconds.get("embed", 0.0)
@@ -308,7 +311,7 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
         **request.provenance([], input, fingerprint),
         "estimated_noise_rate": fit.meta["noise_rate"],
         "estimated_noise_ci95": fit.meta.get("noise_interval"), "cut": fit.meta["cut"],
-        "n_rows": n_rows, "partition_counts": counts,
+        "n_rows": n_rows, "partition_counts": counts, "warnings": list(warnings or []),
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
         "seconds": seconds,
     } | (extra or {})

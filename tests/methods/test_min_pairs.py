@@ -3,6 +3,8 @@ warns in one line, and ``ncclean methods NAME`` says so."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,6 +12,7 @@ import pyarrow.parquet as pq
 from ncclean import api
 from ncclean.data.schema import Columns
 from ncclean.methods.base import get_method
+from ncclean.methods.unit import unit_rows
 from ncclean.options import ScaleOptions
 from tests.pipeline.corpora import vector_table
 
@@ -90,11 +93,37 @@ def test_clip_from_scratch_has_the_scratch_minimum_and_points_at_the_pretrained_
     assert "pip install 'ncclean[imagenet,e5]'" in said[0]
 
 
-def test_a_fit_sample_below_the_minimum_is_told_to_grow(tmp_path):
+def test_a_fit_sample_below_the_minimum_is_told_to_grow_and_the_fit_keeps_saying_so(tmp_path):
     pq.write_table(two_encoders(vector_table(400)), tmp_path / "in.parquet")
-    summary = api.score(tmp_path / "in.parquet", tmp_path / "out", "clip",
-                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
-                        scale=ScaleOptions(fit_sample=150))
+    columns = Columns(image_emb="img", text_emb="txt")
+    summary = api.score(tmp_path / "in.parquet", tmp_path / "out", "clip", columns=columns,
+                        cache_dir=False, scale=ScaleOptions(fit_sample=150,
+                                                            save_fit=tmp_path / "fit"))
     said = [w for w in summary.warnings if "was measured to need" in w]
     assert len(said) == 1 and said[0].startswith("150 pairs is below the 200 that clip"), said
-    assert said[0].endswith("fit on more of the corpus's 400 pairs (a larger --fit-sample)")
+    assert said[0].endswith("fit on a larger sample of the corpus's 400 rows (--fit-sample)")
+    record = json.loads((tmp_path / "out" / "ncclean.json").read_text())
+    assert record["warnings"] == summary.warnings
+    applied = api.score(tmp_path / "in.parquet", tmp_path / "applied", "clip", columns=columns,
+                        cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))
+    assert applied.warnings == [f"the saved fit {tmp_path / 'fit'}: {said[0]}"]
+    # every pair in the fit: the corpus itself is what is small
+    pq.write_table(two_encoders(vector_table(150)), tmp_path / "few.parquet")
+    whole = api.score(tmp_path / "few.parquet", tmp_path / "few", "clip", columns=columns,
+                      cache_dir=False, scale=ScaleOptions(fit_sample=150,
+                                                          save_fit=tmp_path / "fit-few"))
+    said = [w for w in whole.warnings if "was measured to need" in w]
+    assert len(said) == 1 and said[0].endswith("score them inside a larger corpus of their kind, "
+                                               "or review them all"), said
+
+
+def test_a_near_unit_vector_is_read_alike_whatever_the_other_rows():
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(6, 8)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    rows[:3] *= np.float32(1.005)  # within the tolerance of unit length
+    alone = unit_rows(rows[:3])
+    with_a_long_row = unit_rows(np.vstack([rows[:3], 3 * rows[3:]]))
+    assert alone is rows[:3] or (alone == rows[:3]).all()
+    assert (with_a_long_row[:3] == rows[:3]).all()
+    assert np.allclose(np.linalg.norm(with_a_long_row[3:], axis=1), 1, atol=1e-6)
