@@ -16,16 +16,15 @@ def auto_method(config, initial) -> str:
     return "gmm"
 
 
-def small_corpus_advice(method: str, config, initial, n_pairs: int, minimum: int,
-                        corpus_rows: int | None = None) -> str:
-    """What ranks a corpus of ``n_pairs`` below ``method``'s measured ``minimum`` best, for
-    ``score``'s warning: a larger fit sample where these pairs are a sample of a corpus of
-    ``corpus_rows`` rows that could hold the minimum; ``clip`` in the loaded matcher's space,
-    which fits nothing on the corpus; ``clip`` on these towers where ``auto`` would pick it;
-    else ``clip`` on the pretrained towers (towers trained from scratch:
-    ``benchmarks/results/small-corpora.md``); below ``clip``'s own minimum, more pairs of the
-    same kind."""
-    if corpus_rows is not None and corpus_rows >= minimum:
+def small_corpus_advice(method: str, config, initial, corpus_rows: int | None = None) -> str:
+    """What ranks a corpus below ``method``'s measured minimum best, for ``score``'s warning: a
+    larger fit sample where the pairs are a sample of a corpus of ``corpus_rows`` rows whose
+    valid pairs could reach the minimum (the caller's estimate, from the sample's valid share);
+    ``clip`` in the loaded matcher's space, which fits nothing on the corpus; ``clip`` on these
+    towers where ``auto`` would pick it; else ``clip`` on the pretrained towers (towers trained
+    from scratch: ``benchmarks/results/small-corpora.md``); below ``clip``'s own minimum, more
+    pairs of the same kind."""
+    if corpus_rows is not None:
         return f"fit on a larger sample of the corpus's {corpus_rows:,} rows (--fit-sample)"
     if initial is not None:
         return "--method clip reads the loaded matcher's own space and fits nothing on the corpus"

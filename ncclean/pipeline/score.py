@@ -241,11 +241,11 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
         checkpoint_dir=Path(run.checkpoint_dir) if run.checkpoint_dir else None,
         resume=run.resume)
     if features.n_pairs < (minimum := chosen.measured_minimum(features, context)):
-        sampled = request.scale.sample_size is not None \
-            and request.corpus_pairs is not None \
-            and request.scale.sample_size < request.corpus_pairs
-        advice = small_corpus_advice(method, config, initial, features.n_pairs, minimum,
-                                     request.corpus_pairs if sampled else None)
+        rows = request.corpus_pairs  # a sample's corpus, by rows; its valid pairs estimated
+        grows = request.scale.sample_size is not None and rows is not None \
+            and request.scale.sample_size < rows \
+            and rows * features.n_pairs >= minimum * len(corpus.valid)
+        advice = small_corpus_advice(method, config, initial, rows if grows else None)
         warnings.append(f"{features.n_pairs:,} pairs is below the {minimum:,} that {method} was "
                         "measured to need (benchmarks/results/small-corpora.md): its scores "
                         f"here are unreliable; {advice}")

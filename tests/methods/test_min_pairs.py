@@ -107,6 +107,16 @@ def test_a_fit_sample_below_the_minimum_is_told_to_grow_and_the_fit_keeps_saying
     applied = api.score(tmp_path / "in.parquet", tmp_path / "applied", "clip", columns=columns,
                         cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))
     assert applied.warnings == [f"the saved fit {tmp_path / 'fit'}: {said[0]}"]
+    # a sample of a corpus whose valid pairs (150 of 400 rows) are fewer than the minimum
+    table = two_encoders(vector_table(400))
+    texts = [None if k % 8 < 5 else v for k, v in enumerate(table.column("txt").to_pylist())]
+    pq.write_table(table.set_column(table.schema.get_field_index("txt"), "txt",
+                                    pa.array(texts, pa.list_(pa.float32()))),
+                   tmp_path / "holes.parquet")
+    holes = api.score(tmp_path / "holes.parquet", tmp_path / "holes", "clip", columns=columns,
+                      cache_dir=False, scale=ScaleOptions(fit_sample=300))
+    said = [w for w in holes.warnings if "was measured to need" in w]
+    assert len(said) == 1 and said[0].endswith("or review them all"), said
     # every pair in the fit: the corpus itself is what is small
     pq.write_table(two_encoders(vector_table(150)), tmp_path / "few.parquet")
     whole = api.score(tmp_path / "few.parquet", tmp_path / "few", "clip", columns=columns,
