@@ -47,10 +47,15 @@ CANNOT_RUN = {
 REPLACED = {"examples/clipart-300.parquet": "clipart.parquet"}
 
 
+def fenced(path: Path) -> list[tuple[str, str]]:
+    """``(language, body)`` of each fenced block of ``path``, in order."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", path.read_text(), re.S | re.M)
+
+
 def doc_commands(path: Path) -> list[str]:
     """The ``ncclean`` commands of ``path``'s shell blocks, in order."""
     found = []
-    for language, body in re.findall(r"^```(\w*)\n(.*?)^```", path.read_text(), re.S | re.M):
+    for language, body in fenced(path):
         if language not in SHELL:
             continue
         for line in body.replace("\\\n", " ").splitlines():
@@ -208,7 +213,7 @@ def _without_interval(line: str) -> str:
 
 def readme_python() -> list[str]:
     """The Python blocks of README.md."""
-    return re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    return [body for language, body in fenced(ROOT / "README.md") if language == "python"]
 
 
 def test_the_readme_python_runs_as_written_and_pins_no_method(corpora, tmp_path, monkeypatch,

@@ -46,16 +46,8 @@ def test_on_towers_trained_from_scratch_the_warning_points_at_the_pretrained_tow
     assert "--method clip ranks" not in said[0]
 
 
-def two_encoders(table: pa.Table, width: int = 12) -> pa.Table:
-    """``table`` with its caption vectors cut to ``width``: two encoders' columns, which
-    ``clip`` aligns by a CCA fitted on the corpus."""
-    texts = np.stack(table.column("txt").to_numpy(zero_copy_only=False))[:, :width]
-    return table.set_column(table.schema.get_field_index("txt"), "txt",
-                            pa.array(list(texts), pa.list_(pa.float32())))
-
-
 def test_below_clips_own_minimum_the_warning_asks_for_more_pairs(tmp_path):
-    pq.write_table(two_encoders(vector_table(150)), tmp_path / "in.parquet")
+    pq.write_table(vector_table(150, text_width=12), tmp_path / "in.parquet")
     summary = api.score(tmp_path / "in.parquet", tmp_path / "clip.parquet", "clip",
                         columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False)
     said = [w for w in summary.warnings if "was measured to need" in w]
@@ -94,7 +86,7 @@ def test_clip_from_scratch_has_the_scratch_minimum_and_points_at_the_pretrained_
 
 
 def test_a_fit_sample_below_the_minimum_is_told_to_grow_and_the_fit_keeps_saying_so(tmp_path):
-    pq.write_table(two_encoders(vector_table(400)), tmp_path / "in.parquet")
+    pq.write_table(vector_table(400, text_width=12), tmp_path / "in.parquet")
     columns = Columns(image_emb="img", text_emb="txt")
     summary = api.score(tmp_path / "in.parquet", tmp_path / "out", "clip", columns=columns,
                         cache_dir=False, scale=ScaleOptions(fit_sample=150,
@@ -108,7 +100,7 @@ def test_a_fit_sample_below_the_minimum_is_told_to_grow_and_the_fit_keeps_saying
                         cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))
     assert applied.warnings == [f"the saved fit {tmp_path / 'fit'}: {said[0]}"]
     # a sample of a corpus whose valid pairs (150 of 400 rows) are fewer than the minimum
-    table = two_encoders(vector_table(400))
+    table = vector_table(400, text_width=12)
     texts = [None if k % 8 < 5 else v for k, v in enumerate(table.column("txt").to_pylist())]
     pq.write_table(table.set_column(table.schema.get_field_index("txt"), "txt",
                                     pa.array(texts, pa.list_(pa.float32()))),
@@ -118,7 +110,7 @@ def test_a_fit_sample_below_the_minimum_is_told_to_grow_and_the_fit_keeps_saying
     said = [w for w in holes.warnings if "was measured to need" in w]
     assert len(said) == 1 and said[0].endswith("or review them all"), said
     # every pair in the fit: the corpus itself is what is small
-    pq.write_table(two_encoders(vector_table(150)), tmp_path / "few.parquet")
+    pq.write_table(vector_table(150, text_width=12), tmp_path / "few.parquet")
     whole = api.score(tmp_path / "few.parquet", tmp_path / "few", "clip", columns=columns,
                       cache_dir=False, scale=ScaleOptions(fit_sample=150,
                                                           save_fit=tmp_path / "fit-few"))
