@@ -84,6 +84,7 @@ from ncclean.methods.conventions import (
     repeated_caption_discount,
 )
 from ncclean.methods.null_rate import NullEstimate, null_noise_rate
+from ncclean.methods.prior import bundled_prior
 from ncclean.methods.scripts import MIN_PAIRS, fit_centring
 from ncclean.methods.unit import raw_embeddings
 from ncclean.models.features import Features
@@ -189,6 +190,10 @@ class Clip(Method):
         f"shuffled ones (a linear discriminant); {near.WEIGHT} where it has no null of shuffled "
         "pairs or its cosine does not part them",
         help="each side of the neighbours' agreement has half this times the cosines' spread")
+    prior: Literal["auto", "off"] = param(
+        "auto", help="with neighbours whose weights are read: add the pair's cosine in a CCA "
+        "of the default towers fitted on named icons (shipped), weighed as the corpus says "
+        "(auto: where the vectors are 1,280- and 384-wide, as the default towers'), or not (off)")
     centre_scripts: Literal["auto", "none"] = param(
         "auto", help="with a CCA: shift each writing system's caption vectors (Latin, "
         "Cyrillic, CJK, Arabic, ...) to the corpus's mean, so that languages mixed in one corpus "
@@ -276,7 +281,9 @@ class Clip(Method):
                     features.image_data, features.text_data, features.image_group,
                     features.text_group, similarity, k=k,
                     weight=near.WEIGHT if self.neighbour_weight is None else self.neighbour_weight,
-                    sides=near.neighbour_sides(self.neighbour_sides, shape.has_conventions))
+                    sides=near.neighbour_sides(self.neighbour_sides, shape.has_conventions),
+                    prior=None if self.neighbour_weight is not None else bundled_prior(
+                        self.prior, features.image_data.shape[1], features.text_data.shape[1]))
         discount = caption_discount = None
         undiscounted = space
         if alignment is not None and discounts(self.conventions, shape, report):

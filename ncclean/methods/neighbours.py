@@ -17,18 +17,22 @@ as a cross-fitted cosine is, and shuffled pairs are a null for it too. Each is o
 a vector per caption or image, so any pairing of images and captions, shuffled ones included,
 costs what a cosine costs.
 
-``clip`` adds ``w_a * a + w_b * b`` to each pair's cosine, the weights read from the corpus
-(:func:`read_weights`): those of the linear discriminant that best parts its pairs from shuffled
-ones, which are all mismatched, so a corpus whose CCA is weak leans on its neighbours more. Where
-the corpus has no null or its cosine does not part real pairs from shuffled ones, or with
-``clip``'s ``neighbour_weight`` set, each side gets ``weight * sd(cosine) / (2 * sd(side))``
-instead. In a corpus of conventions only ``a`` counts: there the images like a pair's image
-carry its own caption, a collection's label put on a batch, so ``b`` vouches for a label that
-is wrong for the whole batch as much as for one that is right, and it ranked clip art's
-hand-labelled mismatches worse; there ``k`` is :data:`K_CONVENTIONS`, elsewhere :data:`K`
-(``benchmarks/results/neighbours.md``, which measures the term on every corpus). The search is
-exact, so it is done only for fits of at most :data:`MAX_PAIRS` pairs; a corpus applied shard by
-shard finds each new pair's neighbours among the fitted pairs.
+With a prior space (:mod:`ncclean.methods.prior`), ``p`` is one more side: the pair's cosine in
+the prior.
+
+``clip`` adds ``w_a * a + w_b * b + w_p * p`` to each pair's cosine, the weights read from the
+corpus (:func:`read_weights`): those of the linear discriminant that best parts its pairs from
+shuffled ones, which are all mismatched, so a corpus whose CCA is weak leans on its neighbours
+(and its prior) more. Where the corpus has no null or its cosine does not part real pairs from
+shuffled ones, or with ``clip``'s ``neighbour_weight`` set, ``a`` and ``b`` each get ``weight *
+sd(cosine) / (2 * sd(side))`` instead, and ``p`` none. In a corpus of conventions only ``a``
+(and ``p``) counts: there the images like a pair's image carry its own caption, a collection's
+label put on a batch, so ``b`` vouches for a label that is wrong for the whole batch as much as
+for one that is right, and it ranked clip art's hand-labelled mismatches worse; there ``k`` is
+:data:`K_CONVENTIONS`, elsewhere :data:`K` (``benchmarks/results/neighbours.md``, which
+measures the term on every corpus). The search is exact, so it is done only for fits of at most
+:data:`MAX_PAIRS` pairs; a corpus applied shard by shard finds each new pair's neighbours among
+the fitted pairs.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from ncclean.methods.align import Alignment
 from ncclean.methods.null_rate import Cosine, NullEstimate, Space
+from ncclean.methods.prior import in_prior, prior_arrays, prior_from_arrays
 
 K = 7
 #: Fewer in a corpus of conventions, where more of a caption's nearest captions are its batch's.
@@ -54,7 +60,8 @@ _BLOCK = 1024
 class Neighbourhood:
     """The fitted pairs as neighbours: each side's ``mean``; the distinct ``images`` and
     ``texts`` (centred, unit length), each with the mean of its pairs' other side
-    (``image_texts``, ``text_images``); ``k`` and the two weights of ``a`` and ``b``."""
+    (``image_texts``, ``text_images``); ``k``; the weights of ``a``, ``b`` and ``p``; the
+    ``prior`` space whose cosine ``p`` is, if any."""
 
     image_mean: np.ndarray
     text_mean: np.ndarray
@@ -63,7 +70,8 @@ class Neighbourhood:
     image_texts: np.ndarray
     text_images: np.ndarray
     k: int
-    weights: tuple[float, float] = (0.0, 0.0)
+    weights: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    prior: Alignment | None = None
 
     def targets(self, images: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For unit ``texts`` ``(m, d_text)``: the mean image of each one's nearest fitted
@@ -80,9 +88,10 @@ class Neighbourhood:
         return (np.einsum("nd,nd->n", images, by_caption),
                 np.einsum("nd,nd->n", texts, by_image))
 
-    def term(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """What ``clip`` adds to the cosine of pairs with agreements ``a`` and ``b``."""
-        return self.weights[0] * a + self.weights[1] * b
+    def term(self, a: np.ndarray, b: np.ndarray, p: np.ndarray | float = 0.0) -> np.ndarray:
+        """What ``clip`` adds to the cosine of pairs with agreements ``a`` and ``b`` and prior
+        cosine ``p``."""
+        return self.weights[0] * a + self.weights[1] * b + self.weights[2] * p
 
     def score_new(self, images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
                   text_group: np.ndarray) -> np.ndarray:
@@ -90,21 +99,27 @@ class Neighbourhood:
         ``images`` and ``texts``, each entry's neighbours found among the fitted ones."""
         unit_images, unit_texts = _unit(images, self.image_mean), _unit(texts, self.text_mean)
         by_caption, by_image = self.targets(unit_images, unit_texts)
+        p = 0.0
+        if self.prior is not None and self.weights[2] > 0:
+            prior_images, prior_texts = in_prior(self.prior, images, texts)
+            p = np.einsum("nd,nd->n", prior_images[image_group], prior_texts[text_group])
         return self.term(*self.agreement(unit_images[image_group], unit_texts[text_group],
-                                         by_caption[text_group], by_image[image_group]))
+                                         by_caption[text_group], by_image[image_group]), p)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What a saved fit keeps to score new pairs (:meth:`from_arrays`)."""
         return {"neighbours.image_mean": self.image_mean, "neighbours.text_mean": self.text_mean,
                 **{f"neighbours.{name}": getattr(self, name).astype(np.float16) for name in
                    ("images", "texts", "image_texts", "text_images")},
-                "neighbours.shape": np.array([self.k, *self.weights], dtype=np.float64)}
+                "neighbours.shape": np.array([self.k, *self.weights], dtype=np.float64),
+                **({} if self.prior is None or self.weights[2] == 0 else
+                   prior_arrays(self.prior, "neighbours.prior."))}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Neighbourhood | None:
         if "neighbours.shape" not in arrays:
             return None
-        k, weight_a, weight_b = arrays["neighbours.shape"]
+        k, *weights = arrays["neighbours.shape"]  # a fit saved before the prior has two
         tables = [np.asarray(arrays[f"neighbours.{name}"], np.float32) for name in (
             "image_mean", "text_mean", "images", "texts", "image_texts", "text_images")]
         # unit length again after float16: else an entry's cosine with itself strays about
@@ -112,28 +127,36 @@ class Neighbourhood:
         for side in (2, 3):
             tables[side] = tables[side] / np.maximum(
                 np.linalg.norm(tables[side], axis=1, keepdims=True), 1e-12)
-        return cls(*tables, int(k), (float(weight_a), float(weight_b)))
+        return cls(*tables, int(k), tuple(float(w) for w in (*weights, 0.0)[:3]),
+                   prior_from_arrays(arrays, "neighbours.prior."))
 
 
 @dataclass(frozen=True)
 class FittedNeighbours:
     """A :class:`Neighbourhood` fitted on pairs of image and caption entries, with every entry
-    (``images``, ``texts``: unit length, those in no pair too) and its target:
+    (``images``, ``texts``: unit length, those in no pair too) and its target, and each entry in
+    the prior space if there is one (``prior_images``, ``prior_texts``):
     ``score(image_entries, text_entries)`` is the term of any pairing of them; ``pairs`` holds
-    ``a`` and ``b`` of the fitted pairs themselves, in their order, and ``pair_term()`` their
-    term; ``sides`` says which of ``a`` and ``b`` may carry a weight."""
+    ``a``, ``b`` and ``p`` of the fitted pairs themselves, in their order, and ``pair_term()``
+    their term; ``sides`` says which of ``a``, ``b`` and ``p`` may carry a weight."""
 
     hood: Neighbourhood
     images: np.ndarray
     texts: np.ndarray
     by_caption: np.ndarray
     by_image: np.ndarray
-    pairs: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0))
-    sides: tuple[bool, bool] = (True, True)
+    pairs: tuple[np.ndarray, ...] = (np.zeros(0), np.zeros(0), np.zeros(0))
+    sides: tuple[bool, bool, bool] = (True, True, False)
+    prior_images: np.ndarray | None = None
+    prior_texts: np.ndarray | None = None
 
-    def agreement(self, image_entries: np.ndarray, text_entries: np.ndarray):
-        return self.hood.agreement(self.images[image_entries], self.texts[text_entries],
+    def agreement(self, image_entries: np.ndarray, text_entries: np.ndarray) \
+            -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        a, b = self.hood.agreement(self.images[image_entries], self.texts[text_entries],
                                    self.by_caption[text_entries], self.by_image[image_entries])
+        p = np.zeros(len(a), np.float32) if self.prior_images is None else np.einsum(
+            "nd,nd->n", self.prior_images[image_entries], self.prior_texts[text_entries])
+        return a, b, p
 
     def score(self, image_entries: np.ndarray, text_entries: np.ndarray) -> np.ndarray:
         return self.hood.term(*self.agreement(image_entries, text_entries))
@@ -142,22 +165,29 @@ class FittedNeighbours:
         return self.hood.term(*self.pairs)
 
     def describe(self, read: bool) -> dict:
-        """The run record's account: the count, the weights, the sides weighed, and whether the
-        weights were ``read`` against shuffled pairs or follow the cosines' spread."""
+        """The run record's account: the count, the weights of ``a`` and ``b``, the sides
+        weighed, whether the weights were ``read`` against shuffled pairs or follow the
+        cosines' spread, and the prior's weight where there is a prior."""
         weights = self.hood.weights
-        return {"k": self.hood.k, "weights": [round(w, 4) for w in weights],
-                "sides": " and ".join(side for side, w in zip("ab", weights) if w > 0) or "none",
-                "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
+        account = {"k": self.hood.k, "weights": [round(w, 4) for w in weights[:2]],
+                   "sides": " and ".join(side for side, w in zip("abp", weights) if w > 0)
+                   or "none",
+                   "weighed": "against shuffled pairs" if read else "by the cosines' spread"}
+        if self.sides[2]:
+            account["prior"] = round(weights[2], 4)
+        return account
 
 
 def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarray,
                    text_group: np.ndarray, cosine: np.ndarray, *, k: int = K,
                    weight: float = WEIGHT, sides: tuple[bool, bool] = (True, True),
-                   ) -> FittedNeighbours:
+                   prior: Alignment | None = None) -> FittedNeighbours:
     """The neighbourhood of the pairs ``(image_group[p], text_group[p])`` of the raw entry
     tables ``images`` and ``texts`` (entries in no pair are no one's neighbours), weighted so
     that each of its ``sides`` (``a``, ``b``) has ``weight / 2`` times the spread of the pairs'
-    ``cosine`` (``(n_pairs,)``, the CCA's); a side left out or that does not vary gets none."""
+    ``cosine`` (``(n_pairs,)``, the CCA's); a side left out or that does not vary gets none.
+    With a ``prior`` space, ``p`` is a third side, weighed only when the weights are read
+    (:func:`read_weights`)."""
     images, texts = np.asarray(images, np.float32), np.asarray(texts, np.float32)
     image_mean, text_mean = images[image_group].mean(0), texts[text_group].mean(0)
     unit_images, unit_texts = _unit(images, image_mean), _unit(texts, text_mean)
@@ -167,20 +197,23 @@ def fit_neighbours(images: np.ndarray, texts: np.ndarray, image_group: np.ndarra
               _group_means(unit_texts[text_group], image_at, len(paired_images)),
               _group_means(unit_images[image_group], text_at, len(paired_texts)))
     hood = Neighbourhood(*tables, k)
+    in_space = (None, None) if prior is None else in_prior(prior, images, texts)
     fitted = FittedNeighbours(hood, unit_images, unit_texts,
-                              *hood.targets(unit_images, unit_texts))
+                              *hood.targets(unit_images, unit_texts),
+                              prior_images=in_space[0], prior_texts=in_space[1])
     pairs = fitted.agreement(image_group, text_group)
     spread = float(np.std(cosine))
     weights = tuple(0.0 if not used or (sd := float(np.std(side))) < 1e-6
                     else weight * spread / (2 * sd) for side, used in zip(pairs, sides))
-    return replace(fitted, hood=replace(hood, weights=weights), pairs=pairs, sides=sides)
+    return replace(fitted, hood=replace(hood, weights=(*weights, 0.0), prior=prior),
+                   pairs=pairs, sides=(*sides, prior is not None))
 
 
 def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedNeighbours | None:
-    """``fitted`` weighted as the corpus says: the linear discriminant of the cosine, ``a`` and
-    ``b`` between the null's real pairs (``null.rows`` of the fitted pairs, whose ``a`` and
-    ``b`` are ``fitted.pairs``; their cosines as the null scored them, out of the fit where the
-    corpus is cross-fitted) and its shuffled pairs (``null.null_images``,
+    """``fitted`` weighted as the corpus says: the linear discriminant of the cosine, ``a``,
+    ``b`` and, where there is a prior, ``p`` between the null's real pairs (``null.rows`` of the
+    fitted pairs, whose sides are ``fitted.pairs``; their cosines as the null scored them, out
+    of the fit where the corpus is cross-fitted) and its shuffled pairs (``null.null_images``,
     ``null.null_texts``), the within-class spread taken as the two samples' covariances summed,
     scaled so that the cosine's weight is one. A side not in ``fitted.sides``, one that does not
     vary, or one that the discriminant weighs below zero, is left out and the others solved
@@ -196,7 +229,7 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
         return None
     gap = real.mean(0) - shuffled.mean(0)
     spread = np.cov(real, rowvar=False) + np.cov(shuffled, rowvar=False)
-    kept = [0] + [side for side in (1, 2) if fitted.sides[side - 1] and np.std(
+    kept = [0] + [side for side in (1, 2, 3) if fitted.sides[side - 1] and np.std(
         np.r_[real[:, side], shuffled[:, side]]) >= 1e-6]
     while True:
         direction = np.linalg.lstsq(spread[np.ix_(kept, kept)], gap[kept], rcond=None)[0]
@@ -205,7 +238,7 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
         if direction[1:].min(initial=0.0) >= 0:
             break
         kept.pop(1 + int(np.argmin(direction[1:])))
-    weights = [0.0, 0.0]
+    weights = [0.0, 0.0, 0.0]
     for side, weight in zip(kept[1:], direction[1:]):
         weights[side - 1] = float(weight / direction[0])
     return replace(fitted, hood=replace(fitted.hood, weights=tuple(weights)))

@@ -50,7 +50,7 @@ def assert_reads_as_brute_force(fitted, images, texts, image_group, text_group, 
     """``fitted``'s agreement of 40 random pairings of the entries is the brute-force one."""
     pairs_i = rng.integers(0, len(images), size=40)
     pairs_t = rng.integers(0, len(texts), size=40)
-    a, b = fitted.agreement(pairs_i, pairs_t)
+    a, b, _ = fitted.agreement(pairs_i, pairs_t)
     want_a, want_b = brute_force(images, texts, image_group, text_group, pairs_i, pairs_t, k)
     np.testing.assert_allclose(a, want_a, atol=1e-5)
     np.testing.assert_allclose(b, want_b, atol=1e-5)
@@ -88,12 +88,12 @@ def test_its_spread_is_the_weight_times_the_cosines(entries, rng):
     images, texts, image_group, text_group = entries
     cosine = rng.normal(scale=0.2, size=60)
     fitted = fit_neighbours(images, texts, image_group, text_group, cosine, k=4, weight=0.5)
-    a, b = fitted.agreement(image_group, text_group)
+    a, b, _ = fitted.agreement(image_group, text_group)
     assert fitted.hood.weights[0] * np.std(a) == pytest.approx(0.25 * np.std(cosine))
     assert fitted.hood.weights[1] * np.std(b) == pytest.approx(0.25 * np.std(cosine))
     alone = fit_neighbours(images, texts, image_group, text_group, cosine, k=4, weight=0.5,
                            sides=(True, False))
-    assert alone.hood.weights == (fitted.hood.weights[0], 0.0)
+    assert alone.hood.weights == (fitted.hood.weights[0], 0.0, 0.0)
 
 
 def test_the_rule_adds_it_to_small_fits_and_leaves_b_out_where_captions_are_conventions():
@@ -180,7 +180,7 @@ def test_a_fitted_pair_applied_again_gets_the_term_its_fit_gave_it(tmp_path, rng
     for column in ("clip_neighbours",) if labelled else ("clip_sim", "clip_neighbours"):
         assert_applied_as_fitted(tmp_path / "fitted.parquet", tmp_path / "applied.parquet",
                                  column)
-    _, weight_a, weight_b = load_fit(tmp_path / "fit").arrays["neighbours.shape"]
+    _, weight_a, weight_b, _ = load_fit(tmp_path / "fit").arrays["neighbours.shape"]
     assert weight_a > 0 and bool(weight_b == 0) == bool(labelled)
 
 
@@ -228,7 +228,8 @@ def test_a_saved_neighbourhood_scores_its_own_pairs_as_the_fit_did(rng):
 def controlled(rng, real, shuffled):
     """A fit whose ``a`` of a pair is its caption entry's value and ``b`` its image entry's, its
     own pairs' ``a`` and ``b`` read from them, and its null: ``real`` and ``shuffled`` are
-    ``(n, 3)`` draws of (cosine, a, b). The entries are interleaved (real pairs' images odd,
+    ``(n, 3)`` draws of (cosine, a, b), or ``(n, 4)`` with a prior's cosine ``p``, its image
+    entry's value. The entries are interleaved (real pairs' images odd,
     shuffled pairs' even; captions the other way) and permuted, and the null's rows are in an
     order of their own, so that a reading that mixes up pairs, rows and entries reads the wrong
     values."""
@@ -244,6 +245,10 @@ def controlled(rng, real, shuffled):
     ones, empty = np.ones((2 * n, 1), np.float32), np.zeros((1, 1), np.float32)
     hood = Neighbourhood(empty[0], empty[0], empty, empty, empty, empty, k=1)
     fitted = FittedNeighbours(hood, ones, ones, a[:, None], b[:, None])
+    if real.shape[1] == 4:  # a prior's cosine too, its image entry's value
+        p = np.zeros((2 * n, 1), np.float32)
+        p[image_group, 0], p[null_images, 0] = real[:, 3], shuffled[:, 3]
+        fitted = replace(fitted, prior_images=p, prior_texts=ones, sides=(True, True, True))
     fitted = replace(fitted, pairs=fitted.agreement(image_group, text_group))
     rows = rng.permutation(n)
     null = NullEstimate(0.5, n, n, 1, scores=real[rows, 0], null=shuffled[:, 0], rows=rows,
@@ -259,14 +264,14 @@ def draw(rng, n, gap, correlation=0.0, scale=(1.0, 1.0, 1.0)):
     return (z * scale + gap).astype(np.float32)
 
 
-BOTH = (True, True)
+BOTH = (True, True, False)
 
 
 @pytest.mark.parametrize("real_gap, correlation, scale, want, sides", [
     ((1, 0, 2), 0.0, (1, 1, 2), (0.0, 0.5), BOTH),  # b parts as the cosine, at twice its scale
     ((1, 1, 1), 0.5, (1, 1, 1), (2 / 3, 2 / 3), BOTH),  # correlated sides share their weight
     ((1, -0.5, 1), 0.5, (1, 1, 1), (0.0, 1.0), BOTH),  # a weighed below zero: b solved alone
-    ((1, 1, 2), 0.5, (1, 1, 1), (1.0, 0.0), (True, False)),  # b left out: a solved alone
+    ((1, 1, 2), 0.5, (1, 1, 1), (1.0, 0.0), (True, False, False)),  # b left out: a solved alone
 ])
 def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(
         rng, real_gap, correlation, scale, want, sides):
@@ -277,7 +282,8 @@ def test_the_weights_read_from_shuffled_pairs_are_the_discriminants(
     shuffled = draw(rng, n, (0, 0, 0), correlation, scale)
     fitted, null = controlled(rng, real, shuffled)
     weights = read_weights(replace(fitted, sides=sides), null).hood.weights
-    np.testing.assert_allclose(weights, want, atol=0.04)
+    np.testing.assert_allclose(weights[:2], want, atol=0.04)
+    assert weights[2] == 0
 
 
 def test_nothing_is_read_from_a_null_that_cannot_say(rng):

@@ -1,0 +1,164 @@
+"""Build the prior space ncclean ships, and measure it leave-one-corpus-out.
+
+The prior (:mod:`ncclean.methods.prior`) is a ridge CCA of the default towers' vectors fitted on
+the pairs of corpora whose licences allow it: Material Design Icons (Apache-2.0) and Tabler
+Icons (MIT), as ``ncclean embed`` wrote them (``corpus_icons.py``). ``build`` fits it from
+``FAMILY=EMBEDDED.parquet`` specs and writes it with its sources in the file's metadata:
+
+    python benchmarks/kernels/prior_space.py build mdi=/work/corpora/mdi/mdi-emb.parquet \\
+        tabler=/work/corpora/tabler/tabler-emb.parquet -o ncclean/methods/priors/icons.safetensors
+
+``run`` scores noisy embedded files (``FAMILY=PATH``; the injected noise's sidecar beside each)
+with the default twice, ``-p prior=off`` and with the prior, where a corpus whose family is in
+the shipped prior is read in a prior refitted without that family (MDI in Tabler's alone, and
+so on), so that no corpus is scored by a prior fitted on its own pairs:
+
+    python benchmarks/kernels/prior_space.py run --fit mdi=... tabler=... --work /tmp/prior \\
+        --out prior.jsonl mdi=/work/corpora/loco/work/mdi-300-0.3-s0.parquet ...
+    python benchmarks/kernels/prior_space.py table prior.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rule_variants.py one folder up
+
+from rule_variants import VECTORS, checkout_commit  # noqa: E402
+
+from ncclean import api  # noqa: E402
+from ncclean.api import RunOptions  # noqa: E402
+from ncclean.methods import prior as prior_space  # noqa: E402
+from ncclean.methods.align import fit_alignment  # noqa: E402
+from ncclean.methods.unit import unit_rows  # noqa: E402
+
+
+def pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The unit image and caption vectors of ``path``'s pairs that have both."""
+    table = pq.read_table(path, columns=["image_emb", "text_emb"]).to_pydict()
+    kept = [k for k, (i, t) in enumerate(zip(table["image_emb"], table["text_emb"]))
+            if i is not None and t is not None]
+    images = np.asarray([table["image_emb"][k] for k in kept], np.float32)
+    texts = np.asarray([table["text_emb"][k] for k in kept], np.float32)
+    return unit_rows(images), unit_rows(texts)
+
+
+def fit(specs: dict[str, Path], leave_out: str | None = None):
+    """The prior fitted on every family of ``specs`` but ``leave_out``."""
+    images, texts = zip(*(pairs(path) for family, path in specs.items()
+                          if family != leave_out))
+    images, texts = np.vstack(images), np.vstack(texts)
+    rows = np.arange(len(images))
+    return fit_alignment(images, texts, rows, rows, dims=prior_space.DIMS,
+                         ridge=prior_space.RIDGE)
+
+
+def build(args: argparse.Namespace) -> None:
+    specs = dict(spec.split("=", 1) for spec in args.corpora)
+    prior = fit({family: Path(path) for family, path in specs.items()})
+    meta = {"fitted_on": json.dumps({family: Path(path).name for family, path in specs.items()}),
+            "dims": str(prior.dims), "ridge": str(prior.ridge), "commit": checkout_commit(),
+            "built_by": "benchmarks/kernels/prior_space.py",
+            "licences": "the sources': Material Design Icons Apache-2.0, Tabler Icons MIT"}
+    prior_space.save_prior(prior, args.output, meta)
+    print(f"{args.output}: {prior.dims} directions, {args.output.stat().st_size:,} bytes")
+
+
+def run(args: argparse.Namespace) -> None:
+    args.work.mkdir(parents=True, exist_ok=True)
+    fitted = {family: Path(path) for family, path in (s.split("=", 1) for s in args.fit)}
+    commit = checkout_commit()
+    shipped = prior_space.BUNDLED
+    for spec in args.corpora:
+        family, path = spec.split("=", 1)
+        prior_file = shipped
+        if family in fitted:  # never a prior fitted on the corpus's own pairs
+            prior_file = args.work / f"prior-without-{family}.safetensors"
+            if not prior_file.exists():
+                prior_space.save_prior(fit(fitted, leave_out=family), prior_file, {})
+        # the noise's seed where the file is named for it (``-s1.parquet``), as the scoring seed
+        named = re.search(r"-s(\d+)\.parquet$", path)
+        seed = int(named.group(1)) if named else args.seed
+        row = {"family": family, "corpus": Path(path).name, "prior_file": prior_file.name,
+               "seed": seed, "commit": commit}
+        for arm, params in (("off", {"prior": "off"}), ("on", {})):
+            prior_space.BUNDLED = prior_file
+            out = args.work / "scored.parquet"
+            summary = api.score(path, out, method="clip", params=params, columns=VECTORS,
+                                run=RunOptions(seed=seed, overwrite=True))
+            row[arm] = round(summary.detection["auroc"], 4)
+            record = json.loads(Path(f"{out}.json").read_text())
+            if arm == "on":
+                row["weights"] = prior_weights(record)
+        prior_space.BUNDLED = shipped
+        with open(args.out, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+
+def prior_weights(record) -> list[float]:
+    """Every ``prior`` weight a run record's neighbours carry (one per averaged width)."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "weighed" in node and "prior" in node:
+                found.append(node["prior"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk(record)
+    return found
+
+
+def table(args: argparse.Namespace) -> None:
+    rows = [json.loads(line) for line in args.runs.read_text().splitlines()]
+    by_family = defaultdict(list)
+    print("| corpus | prior fitted on | off | with the prior (weights) | change |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        weights = ", ".join(f"{w:.2f}" for w in row["weights"]) or "none"
+        print(f"| {row['corpus']} | {row['prior_file']} | {row['off']:.4f} | {row['on']:.4f} "
+              f"({weights}) | {row['on'] - row['off']:+.4f} |")
+        by_family[row["family"]].append(row["on"] - row["off"])
+    print()
+    for family, changes in by_family.items():
+        print(f"{family}: {len(changes)} runs, mean change {np.mean(changes):+.4f}, "
+              f"worst {min(changes):+.4f}, best {max(changes):+.4f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("build")
+    one.add_argument("corpora", nargs="+", help="FAMILY=EMBEDDED.parquet")
+    one.add_argument("-o", "--output", type=Path, default=prior_space.BUNDLED)
+    one.set_defaults(func=build)
+    two = sub.add_parser("run")
+    two.add_argument("corpora", nargs="+", help="FAMILY=NOISY.parquet")
+    two.add_argument("--fit", nargs="+", required=True,
+                     help="FAMILY=EMBEDDED.parquet: the shipped prior's sources")
+    two.add_argument("--work", type=Path, required=True)
+    two.add_argument("--out", type=Path, required=True)
+    two.add_argument("--seed", type=int, default=0,
+                     help="the scoring seed of a file not named for its noise's (-sN.parquet)")
+    two.set_defaults(func=run)
+    three = sub.add_parser("table")
+    three.add_argument("runs", type=Path)
+    three.set_defaults(func=table)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
