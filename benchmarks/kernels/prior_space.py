@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def prior_weights(record) -> list[float]:
-    """Every ``prior`` weight a run record's neighbours carry (one per averaged width)."""
+    """The prior's weight in each averaged width of a run record, or in its one fit."""
     found = []
 
     def walk(node):
@@ -118,7 +118,7 @@ def prior_weights(record) -> list[float]:
             for value in node:
                 walk(value)
     walk(record)
-    return found
+    return record.get("report", {}).get("widths", {}).get("prior_weights") or found
 
 
 def table(args: argparse.Namespace) -> None:

@@ -57,6 +57,9 @@ def averaged(members: list[MethodResult]) -> MethodResult:
     report["widths"] = {"averaged": [member.report["alignment"]["dims"] for member in members],
                         "noise_rates": [None if rate is None else round(float(rate), 4)
                                         for rate in rates]}
+    hoods = [member.report.get("neighbours", {}) for member in members]
+    if any("prior" in hood for hood in hoods):  # each width reads its own weights
+        report["widths"]["prior_weights"] = [hood.get("prior") for hood in hoods]
     return replace(
         primary, clean_prob=np.mean([member.clean_prob for member in members], axis=0),
         noise_rate=None if None in rates else float(np.mean(rates)),

@@ -97,6 +97,7 @@ class Neighbourhood:
                   text_group: np.ndarray) -> np.ndarray:
         """The term of new pairs ``(image_group[p], text_group[p])`` of the raw entry tables
         ``images`` and ``texts``, each entry's neighbours found among the fitted ones."""
+        images, texts = np.asarray(images, np.float32), np.asarray(texts, np.float32)
         unit_images, unit_texts = _unit(images, self.image_mean), _unit(texts, self.text_mean)
         by_caption, by_image = self.targets(unit_images, unit_texts)
         p = 0.0
@@ -217,7 +218,8 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
     ``null.null_texts``), the within-class spread taken as the two samples' covariances summed,
     scaled so that the cosine's weight is one. A side not in ``fitted.sides``, one that does not
     vary, or one that the discriminant weighs below zero, is left out and the others solved
-    again. The weights are read against the null's cosine; a corpus ranked in sample adds them
+    again, as is ``p`` where with it the discriminant weighs the cosine at zero or below (a
+    prior correlated with the cosine and parting the pairs better). The weights are read against the null's cosine; a corpus ranked in sample adds them
     to its in-sample one. ``None`` where the null is missing or not finite, or its cosine does
     not part the two."""
     if null is None or len(null.null_images) == 0:
@@ -233,6 +235,9 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
         np.r_[real[:, side], shuffled[:, side]]) >= 1e-6]
     while True:
         direction = np.linalg.lstsq(spread[np.ix_(kept, kept)], gap[kept], rcond=None)[0]
+        if np.isfinite(direction).all() and direction[0] <= 0 and kept[-1] == 3:
+            kept.pop()  # a prior that takes the cosine's place: the corpus's own sides alone
+            continue
         if not np.isfinite(direction).all() or direction[0] <= 0:
             return None
         if direction[1:].min(initial=0.0) >= 0:

@@ -37,7 +37,7 @@ from ncclean.data.results import (
 from ncclean.data.shards import find_sorted, pair_keys, text_keys, vector_heads, vector_keys
 from ncclean.methods.base import get_method
 from ncclean.options import Cut
-from ncclean.pipeline.fit import FORMAT, Fit, FitError, sample_keys
+from ncclean.pipeline.fit import KEYED, Fit, FitError, sample_keys
 from ncclean.stages.index import over_budget, rescored
 from ncclean.stages.partition import as_written
 from ncclean.train.scoring import Embeddings
@@ -130,7 +130,7 @@ def _in_sample(fit: Fit, corpus, features) -> tuple[np.ndarray, np.ndarray]:
     older format, which holds its sample by id alone, is not used for this: every pair new."""
     n = features.n_pairs
     at, seen = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-    if fit.meta["format"] != FORMAT:
+    if fit.meta["format"] not in KEYED:
         return at, seen
     ids = corpus.ids.to_pylist()
     maybe = np.flatnonzero(find_sorted(fit.arrays["ids.key"],

@@ -36,8 +36,10 @@ import numpy as np
 
 from ncclean.errors import BadOptionError, FitError
 
-FORMAT = "ncclean-fit/3"  # /3: sample pairs keyed by id and content (/1 and /2: by id alone)
-READS = ("ncclean-fit/1", "ncclean-fit/2", FORMAT)  # older: no bands (/1); no sample lookup
+FORMAT = "ncclean-fit/4"  # /4: clip's neighbours may weigh a prior space (/3 never does)
+#: Formats that key the sample pairs by id and content and list their arrays (/1, /2: by id).
+KEYED = ("ncclean-fit/3", FORMAT)
+READS = ("ncclean-fit/1", "ncclean-fit/2", *KEYED)  # older: no bands (/1); no sample lookup
 JSON_NAME, ARRAYS_NAME, MATCHER_NAME = "fit.json", "fit.safetensors", "matcher.safetensors"
 
 
@@ -165,7 +167,7 @@ def _check_whole(folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
     matcher it was saved with or its method needs."""
     where = f"--fit {folder}"
     expected = dict(_META) | ({"arrays": list, "matcher_file": bool}
-                              if meta.get("format") == FORMAT else {})
+                              if meta.get("format") in KEYED else {})
     for key, kind in expected.items():
         if not isinstance(meta.get(key), kind):
             raise FitError(f"{where}: {JSON_NAME} lacks a valid {key!r}; the fit is damaged "

@@ -146,3 +146,19 @@ def test_a_neighbourhood_saved_before_the_prior_loads_without_one(rng):
     np.testing.assert_array_equal(
         loaded.score_new(images, texts, groups, groups),
         Neighbourhood.from_arrays(hood.arrays()).score_new(images, texts, groups, groups))
+
+
+def test_a_prior_that_takes_the_cosines_place_is_left_out_not_the_corpus(rng):
+    """Where, with ``p``, the discriminant would weigh the cosine at zero or below (a prior
+    correlated with it that parts the pairs better), the corpus's own sides are read alone
+    rather than none at all."""
+    n = 40_000
+
+    def sample(gap):
+        z = rng.normal(size=(n, 4))
+        z[:, 3] = 0.6 * z[:, 0] + 0.8 * z[:, 3]  # p correlated with the cosine
+        return (z + gap).astype(np.float32)
+
+    fitted, null = controlled(rng, sample((0.3, 0.2, 0.0, 1.0)), sample((0, 0, 0, 0)))
+    weights = read_weights(fitted, null).hood.weights
+    assert weights[2] == 0 and weights[0] == pytest.approx(0.2 / 0.3, abs=0.1)

@@ -270,7 +270,7 @@ def test_a_fit_of_the_first_format_applies_without_bands_and_others_are_refused(
         fit_sample=1000)
     path = tmp_path / "fit" / "fit.json"
     meta = json.loads(path.read_text())
-    assert meta["format"] == "ncclean-fit/3" and "recall_clean_above" in meta["cut"]
+    assert meta["format"] == "ncclean-fit/4" and "recall_clean_above" in meta["cut"]
     meta["format"] = "ncclean-fit/1"  # written before the bands: no band keys in its cut
     meta["cut"] = {k: v for k, v in meta["cut"].items() if "recall" not in k}
     path.write_text(json.dumps(meta))
