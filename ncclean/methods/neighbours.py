@@ -219,9 +219,9 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
     scaled so that the cosine's weight is one. A side not in ``fitted.sides``, one that does not
     vary, or one that the discriminant weighs below zero, is left out and the others solved
     again, as is ``p`` where with it the discriminant weighs the cosine at zero or below (a
-    prior correlated with the cosine and parting the pairs better). The weights are read against the null's cosine; a corpus ranked in sample adds them
-    to its in-sample one. ``None`` where the null is missing or not finite, or its cosine does
-    not part the two."""
+    prior correlated with the cosine and parting the pairs better). The weights are read
+    against the null's cosine; a corpus ranked in sample adds them to its in-sample one.
+    ``None`` where the null is missing or not finite, or its cosine does not part the two."""
     if null is None or len(null.null_images) == 0:
         return None
     real = np.column_stack([null.scores, *(side[null.rows] for side in fitted.pairs)])
