@@ -23,6 +23,26 @@ from ncclean.train.scoring import Embeddings, embed
 MEMBER = "widths."
 
 
+def held_once(arrays: dict[str, np.ndarray]) -> dict[str, str]:
+    """Drop from ``arrays`` each width's copy of a neighbours' table (the fitted pairs, the prior)
+    that an earlier width already holds with the same values: they are read from the vectors,
+    not the width's CCA, so four copies would only quadruple a fit. Returns each dropped name
+    with the name that holds its values."""
+    first: dict[str, str] = {}
+    same: dict[str, str] = {}
+    for name in sorted(arrays, key=lambda n: (n.startswith(MEMBER), n)):  # the primary's first
+        table = name.split(".", 2)[2] if name.startswith(MEMBER) else name
+        if not table.startswith("neighbours.") or table == "neighbours.shape":
+            continue
+        held = first.setdefault(table, name)
+        if held != name and arrays[held].dtype == arrays[name].dtype \
+                and np.array_equal(arrays[held], arrays[name]):
+            same[name] = held
+    for name in same:
+        del arrays[name]
+    return same
+
+
 class ClipSimilarity(Application):
     """``clip``'s application: a new pair's ``clip_sim`` is the cosine of its unit vectors (after
     the fit's CCA when there is one; a loaded matcher's embeddings when one was loaded); a
@@ -55,6 +75,7 @@ class ClipSimilarity(Application):
                 signal_table(one.signal, member.clean_prob)
         kept.meta["averaged_widths"] = [member.alignment.dims for member in result.members]
         kept.meta["averaged_primary"] = primary
+        kept.meta["same_as"] = held_once(kept.arrays)
         kept.meta["signal"] = f"the mean clean_prob of {len(result.members)} widths"
         prob = np.asarray(clean_prob, np.float64)
         return replace(kept, signal=prob, prob=prob)
@@ -106,6 +127,8 @@ class ClipSimilarity(Application):
     def signal(self, arrays, meta, features, embeddings, columns, new, caption_key) -> np.ndarray:
         if "averaged_widths" not in meta:
             return self._signal_one(arrays, features, embeddings, columns, new, caption_key)
+        arrays = {**arrays, **{name: arrays[held] for name, held in
+                               meta.get("same_as", {}).items()}}
         primary = meta.get("averaged_primary")  # absent: every width's arrays are prefixed
         if primary is None:
             self._signal_one(arrays, features, embeddings, columns, new, caption_key)

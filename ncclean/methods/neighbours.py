@@ -50,6 +50,8 @@ K = 7
 #: Fewer in a corpus of conventions, where more of a caption's nearest captions are its batch's.
 K_CONVENTIONS = 5
 WEIGHT = 0.5
+#: Where the prior parts a corpus's pairs better than its own cosine, the cosine's least share.
+COSINE_FLOOR = 0.1
 MAX_PAIRS = 20_000
 #: Two vectors at this cosine or more are one caption (image): never each other's neighbours.
 SAME = 0.9999
@@ -218,8 +220,10 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
     ``null.null_texts``), the within-class spread taken as the two samples' covariances summed,
     scaled so that the cosine's weight is one. A side not in ``fitted.sides``, one that does not
     vary, or one that the discriminant weighs below zero, is left out and the others solved
-    again, as is ``p`` where with it the discriminant weighs the cosine at zero or below (a
-    prior correlated with the cosine and parting the pairs better). The weights are read
+    again. Where with ``p`` the discriminant weighs the cosine at zero or below, the prior parts
+    the corpus's pairs better than its own space does (a corpus of the prior's own pictures):
+    the cosine keeps :data:`COSINE_FLOOR` of the largest side's weight, so ``p`` weighs at most
+    ``1 / COSINE_FLOOR``. The weights are read
     against the null's cosine; a corpus ranked in sample adds them to its in-sample one.
     ``None`` where the null is missing or not finite, or its cosine does not part the two."""
     if null is None or len(null.null_images) == 0:
@@ -235,14 +239,19 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
         np.r_[real[:, side], shuffled[:, side]]) >= 1e-6]
     while True:
         direction = np.linalg.lstsq(spread[np.ix_(kept, kept)], gap[kept], rcond=None)[0]
-        if np.isfinite(direction).all() and direction[0] <= 0 and kept[-1] == 3:
-            kept.pop()  # a prior that takes the cosine's place: the corpus's own sides alone
+        if not np.isfinite(direction).all():
+            return None
+        prior = kept[-1] == 3
+        if direction[0] <= 0 and prior and direction[-1] <= 0:
+            kept.pop()  # the prior parts nothing the cosine does not: the corpus alone
             continue
-        if not np.isfinite(direction).all() or direction[0] <= 0:
+        if direction[0] <= 0 and not prior:
             return None
         if direction[1:].min(initial=0.0) >= 0:
             break
         kept.pop(1 + int(np.argmin(direction[1:])))
+    # a prior that parts the pairs better than the corpus's own cosine: the cosine keeps a share
+    direction[0] = max(direction[0], COSINE_FLOOR * direction[1:].max(initial=0.0))
     weights = [0.0, 0.0, 0.0]
     for side, weight in zip(kept[1:], direction[1:]):
         weights[side - 1] = float(weight / direction[0])

@@ -103,8 +103,14 @@ def test_a_small_corpus_of_the_towers_widths_is_read_in_the_prior_too(tmp_path, 
     # a saved fit carries the prior: new pairs get the term their fit gave them
     api.score(corpus, tmp_path / "saved.parquet", method="clip", columns=COLUMNS, seed=0,
               cache_dir=False, scale=ScaleOptions(save_fit=tmp_path / "fit-on"))
-    *_, weight_p = load_fit(tmp_path / "fit-on").arrays["neighbours.shape"]
+    saved = load_fit(tmp_path / "fit-on")
+    *_, weight_p = saved.arrays["neighbours.shape"]
     assert weight_p == pytest.approx(runs["on"][0]["prior"], abs=1e-4)
+    # the fitted pairs and the prior are held once, not once per averaged width
+    assert len(saved.meta["averaged_widths"]) == 4
+    for table in ("neighbours.images", "neighbours.text_images",
+                  "neighbours.prior.image_projection"):
+        assert sum(table in name for name in saved.arrays) <= 1, table
     new = write_corpus(tmp_path / "new.parquet", image, text)
     pq.write_table(pq.read_table(new).set_column(0, "id", [[f"n{k}" for k in range(300)]]), new)
     api.score(new, tmp_path / "applied.parquet", method="clip", columns=COLUMNS, seed=0,
@@ -148,10 +154,12 @@ def test_a_neighbourhood_saved_before_the_prior_loads_without_one(rng):
         Neighbourhood.from_arrays(hood.arrays()).score_new(images, texts, groups, groups))
 
 
-def test_a_prior_that_takes_the_cosines_place_is_left_out_not_the_corpus(rng):
+def test_a_prior_that_parts_the_pairs_better_than_the_cosine_leads_it(rng):
     """Where, with ``p``, the discriminant would weigh the cosine at zero or below (a prior
-    correlated with it that parts the pairs better), the corpus's own sides are read alone
-    rather than none at all."""
+    correlated with it that parts the pairs better: a corpus of the prior's own pictures), the
+    cosine keeps a floor and ``p`` leads; a prior that parts nothing is left out instead."""
+    from ncclean.methods.neighbours import COSINE_FLOOR
+
     n = 40_000
 
     def sample(gap):
@@ -160,5 +168,9 @@ def test_a_prior_that_takes_the_cosines_place_is_left_out_not_the_corpus(rng):
         return (z + gap).astype(np.float32)
 
     fitted, null = controlled(rng, sample((0.3, 0.2, 0.0, 1.0)), sample((0, 0, 0, 0)))
+    weights = read_weights(fitted, null).hood.weights
+    assert weights[2] == pytest.approx(1 / COSINE_FLOOR) and 0 < weights[0] < weights[2]
+    # a prior that only echoes the cosine, against it: left out, the corpus read alone
+    fitted, null = controlled(rng, sample((0.3, 0.2, 0.0, -0.5)), sample((0, 0, 0, 0)))
     weights = read_weights(fitted, null).hood.weights
     assert weights[2] == 0 and weights[0] == pytest.approx(0.2 / 0.3, abs=0.1)
