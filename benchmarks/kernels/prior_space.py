@@ -106,19 +106,11 @@ def run(args: argparse.Namespace) -> None:
 
 def prior_weights(record) -> list[float]:
     """The prior's weight in each averaged width of a run record, or in its one fit."""
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "weighed" in node and "prior" in node:
-                found.append(node["prior"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    walk(record)
-    return record.get("report", {}).get("widths", {}).get("prior_weights") or found
+    report = record.get("report", {})
+    if widths := report.get("widths", {}).get("prior_weights"):
+        return widths
+    prior = report.get("neighbours", {}).get("prior")
+    return [] if prior is None else [prior]
 
 
 def table(args: argparse.Namespace) -> None:

@@ -50,7 +50,8 @@ K = 7
 #: Fewer in a corpus of conventions, where more of a caption's nearest captions are its batch's.
 K_CONVENTIONS = 5
 WEIGHT = 0.5
-#: Where the prior parts a corpus's pairs better than its own cosine, the cosine's least share.
+#: The cosine's least weight, as a share of the largest side's: it binds where the prior parts a
+#: corpus's pairs better than its own cosine.
 COSINE_FLOOR = 0.1
 MAX_PAIRS = 20_000
 #: Two vectors at this cosine or more are one caption (image): never each other's neighbours.
@@ -220,11 +221,12 @@ def read_weights(fitted: FittedNeighbours, null: NullEstimate | None) -> FittedN
     ``null.null_texts``), the within-class spread taken as the two samples' covariances summed,
     scaled so that the cosine's weight is one. A side not in ``fitted.sides``, one that does not
     vary, or one that the discriminant weighs below zero, is left out and the others solved
-    again. Where with ``p`` the discriminant weighs the cosine at zero or below, the prior parts
-    the corpus's pairs better than its own space does (a corpus of the prior's own pictures):
-    the cosine keeps :data:`COSINE_FLOOR` of the largest side's weight, so ``p`` weighs at most
-    ``1 / COSINE_FLOOR``. The weights are read
-    against the null's cosine; a corpus ranked in sample adds them to its in-sample one.
+    again; ``p`` too where it and the cosine are both weighed at zero or below. The cosine keeps
+    at least :data:`COSINE_FLOOR` of the largest side's weight, so no side weighs more than
+    ``1 / COSINE_FLOOR``: that binds where with ``p`` the discriminant weighs the cosine at zero
+    or below, the prior parting the corpus's pairs better than its own space (a corpus of the
+    prior's own pictures). The weights are read against the null's cosine; a corpus ranked in
+    sample adds them to its in-sample one.
     ``None`` where the null is missing or not finite, or its cosine does not part the two."""
     if null is None or len(null.null_images) == 0:
         return None
