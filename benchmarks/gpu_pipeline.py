@@ -10,7 +10,8 @@ and everything after it run on the device named). ``--reference``: a scored file
 machine (say the 2-core machine the project is measured on), whose partitions are compared too.
 The image tower alone on the GPU, part by part: ``benchmarks/kernels/gpu_tower.py``.
 
-Prints one JSON object: each run's wall time, AUROC against ``noisy_gt`` and partition counts;
+Prints one JSON object: each run's wall time, AUROC against ``noisy_gt``, partition counts and
+the prior space's weight in ``clip``'s neighbours' term (``null`` where it is left out);
 the share of pairs with the same partition on both devices.
 """
 
@@ -47,7 +48,10 @@ def score(corpus: Path, device: str, captions_cache: Path, work: Path) -> dict:
                          f"{done.stderr.strip()[-2000:]}")
     table = pq.read_table(out, columns=["id", "partition", "clean_prob", "noisy_gt"])
     phases = {k: round(v, 2) for k, v in json.loads(done.stdout)["seconds"].items()}
-    return {"seconds": round(seconds, 2), "phases": phases, "table": table}
+    record = json.loads(Path(f"{out}.json").read_text())
+    prior = record.get("report", {}).get("neighbours", {}).get("prior")
+    return {"seconds": round(seconds, 2), "phases": phases, "prior_weight": prior,
+            "table": table}
 
 
 def auroc(table) -> float:
@@ -84,7 +88,7 @@ def main() -> None:
         for device, run in runs.items():
             counts = run["table"].column("partition").value_counts().to_pylist()
             report[device] = {"seconds": run["seconds"], "phases": run["phases"],
-                              "auroc": auroc(run["table"]),
+                              "auroc": auroc(run["table"]), "prior_weight": run["prior_weight"],
                               "partitions": {c["values"]: c["counts"] for c in counts}}
         report["same_partition_cuda_cpu"] = agreement(runs["cuda"]["table"], runs["cpu"]["table"])
         if args.reference:

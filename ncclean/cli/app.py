@@ -40,8 +40,11 @@ def _display_type(self, ctx) -> str | None:
     return _typer_display_type(self, ctx)
 
 
-_typer_display_type = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _display_type
+# typer 0.29 draws an option's type through this method; older typers have none and show their
+# own types (the command line works the same).
+_typer_display_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _typer_display_type is not None:
+    typer.core.TyperOption.display_type_rich = _display_type
 
 
 from ncclean.cli.state import state  # noqa: E402 (the run's flags, set by main)

@@ -108,6 +108,24 @@ def test_help_lists_choices_shows_flags_as_flags_and_cuts_no_name(capsys, comman
         assert re.search(r"--method\s+<auto\|clip\|crcl\|disncl\|gmm\|pc2\|sdd", out)
 
 
+def test_the_command_line_starts_on_a_typer_without_the_help_type_hook(tmp_path):
+    """The help's type hook is typer's own method (0.29); a typer without it still runs every
+    command, with typer's own types in the help."""
+    import subprocess
+    import sys
+
+    script = ("import typer.core\n"
+              "for c in typer.core.TyperOption.__mro__:\n"
+              "    if 'display_type_rich' in vars(c): delattr(c, 'display_type_rich')\n"
+              "from ncclean.cli import main\n"
+              "raise SystemExit(main(['synth', '-o', r'%s', '--n-images', '4',\n"
+              "                       '--captions-per-image', '3']))\n"
+              % (tmp_path / "s.parquet"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(tmp_path / "s.parquet").num_rows == 12
+
+
 # --------------------------------------------------------------------------------- nonsense cuts
 
 
