@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ncclean.errors import NcCleanError
 from ncclean.methods.align import Alignment
 
 BUNDLED = Path(__file__).parent / "priors" / "icons.safetensors"
@@ -37,9 +38,11 @@ _NAMES = ("image_mean", "text_mean", "image_projection", "text_projection")
 def bundled_prior(choice: str, image_width: int, text_width: int) -> Alignment | None:
     """The shipped prior for ``clip``'s ``prior`` (``auto``: where the vectors' widths are the
     default towers'; ``off``: never)."""
-    if choice == "off" or (image_width, text_width) != (IMAGE_WIDTH, TEXT_WIDTH) \
-            or not BUNDLED.is_file():
+    if choice == "off" or (image_width, text_width) != (IMAGE_WIDTH, TEXT_WIDTH):
         return None
+    if not BUNDLED.is_file():  # an install without its package data: say so, never score less
+        raise NcCleanError(f"ncclean's prior space is missing ({BUNDLED}): reinstall ncclean, "
+                           "or pass -p prior=off")
     return load_prior(BUNDLED)
 
 

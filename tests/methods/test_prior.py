@@ -126,6 +126,15 @@ def test_vectors_of_other_widths_are_never_read_in_the_prior(tmp_path, rng, ship
     assert prior_space.bundled_prior("auto", 768, 384) is None
 
 
+def test_a_missing_prior_file_is_said_not_scored_without(tmp_path, monkeypatch):
+    from ncclean.errors import NcCleanError
+
+    monkeypatch.setattr(prior_space, "BUNDLED", tmp_path / "gone.safetensors")
+    with pytest.raises(NcCleanError, match="prior space is missing.*-p prior=off"):
+        prior_space.bundled_prior("auto", 1280, 384)
+    assert prior_space.bundled_prior("off", 1280, 384) is None
+
+
 def test_the_shipped_prior_is_the_default_towers(tmp_path):
     prior = prior_space.load_prior(prior_space.BUNDLED)
     assert prior.image_projection.shape == (prior_space.IMAGE_WIDTH, prior_space.DIMS)
