@@ -16,6 +16,9 @@ so on), so that no corpus is scored by a prior fitted on its own pairs:
     python benchmarks/kernels/prior_space.py run --fit mdi=... tabler=... --work /tmp/prior \\
         --out prior.jsonl mdi=/work/corpora/loco/work/mdi-300-0.3-s0.parquet ...
     python benchmarks/kernels/prior_space.py table prior.jsonl
+
+``run --rotate`` first turns each side's vectors by a fixed random rotation: towers of the
+default's widths that are not the default's, which the prior cannot read.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rule_variants.py one folder up
@@ -89,6 +94,8 @@ def run(args: argparse.Namespace) -> None:
         seed = int(named.group(1)) if named else args.seed
         row = {"family": family, "corpus": Path(path).name, "prior_file": prior_file.name,
                "seed": seed, "commit": commit}
+        if args.rotate:
+            path, row["rotated"] = rotated(Path(path), args.work), True
         for arm, params in (("off", {"prior": "off"}), ("on", {})):
             prior_space.BUNDLED = prior_file
             out = args.work / "scored.parquet"
@@ -102,6 +109,28 @@ def run(args: argparse.Namespace) -> None:
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
+
+
+def rotated(path: Path, work: Path) -> Path:
+    """``path`` with each side's vectors turned by a fixed random rotation: towers of the
+    default's widths that are not the default's. The corpus's own CCA, cosines and neighbours
+    read them exactly as before; only the prior sees other towers."""
+    table = pq.read_table(path)
+    out = work / f"rotated-{path.name}"
+    for k, column in enumerate(("image_emb", "text_emb")):
+        values = table.column(column).to_pylist()
+        width = len(next(v for v in values if v is not None))
+        turn, _ = np.linalg.qr(np.random.default_rng(1000 + k).standard_normal((width, width)))
+        values = [None if v is None else (np.asarray(v, np.float64) @ turn).astype(np.float32)
+                  for v in values]
+        array = pa.array([None if v is None else v.tolist() for v in values],
+                         type=pa.list_(pa.float32())).cast(table.schema.field(column).type)
+        table = table.set_column(table.schema.get_field_index(column), column, array)
+    pq.write_table(table, out)
+    for sidecar in (".noise.npz", ".json"):  # the injected noise's index and record
+        if Path(f"{path}{sidecar}").exists():
+            shutil.copyfile(f"{path}{sidecar}", f"{out}{sidecar}")
+    return out
 
 
 def prior_weights(record) -> list[float]:
@@ -142,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
                      help="FAMILY=EMBEDDED.parquet: the shipped prior's sources")
     two.add_argument("--work", type=Path, required=True)
     two.add_argument("--out", type=Path, required=True)
+    two.add_argument("--rotate", action="store_true",
+                     help="turn each side's vectors by a fixed random rotation first (towers "
+                          "of the default's widths that are not the default's)")
     two.add_argument("--seed", type=int, default=0,
                      help="the scoring seed of a file not named for its noise's (-sN.parquet)")
     two.set_defaults(func=run)
