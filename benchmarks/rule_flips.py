@@ -8,8 +8,10 @@ default within 0.005 of every variant on each noisy corpus (``benchmarks/results
 ``run`` scores each noisy embedded corpus (``inject-noise`` wrote ``noisy_gt``; ``image_emb`` /
 ``text_emb``) with ``clip``'s defaults, reads from the run record what the rules chose (rank,
 trust or discount, ridge, directions), then once per other value of each rule: ``rank``,
-``conventions``, ``align_ridge`` (10, 30, 100, 300) and ``align_dims`` (32, 64, 128, 256, or
-``four``: the four widths' ``clean_prob`` averaged, ``align_widths``); significance and
+``conventions``, ``align_ridge`` (10, 30, 100, 300), ``align_dims`` (32, 64, 128, 256, or
+``four``: the four widths' ``clean_prob`` averaged, ``align_widths``) and ``prior`` (``off``;
+``benchmarks/kernels/prior_space.py flips`` runs this with a prior that did not see the corpus's
+own family, for the prior's own corpora); significance and
 pseudo-captions off. One JSON line per corpus file (``--flips``: only those named). ``table``
 averages the lines of each ``NAME`` and prints the default against the best variant.
 """
@@ -28,7 +30,8 @@ from ncclean import api
 from ncclean.api import RunOptions, StageOptions
 
 FLIPS = {"rank": ("in-sample", "cross-fitted"), "conventions": ("trust", "discount"),
-         "align_ridge": (10.0, 30.0, 100.0, 300.0), "align_dims": (32, 64, 128, 256, "four")}
+         "align_ridge": (10.0, 30.0, 100.0, 300.0), "align_dims": (32, 64, 128, 256, "four"),
+         "prior": ("auto", "off")}
 
 
 def flipped(rule: str, value) -> dict:
@@ -46,7 +49,8 @@ def score(path: Path, seed: int, params: dict, work: Path) -> tuple[float, dict]
     chosen = {"rank": "cross-fitted" if "cross" in report.get("rank", "") else "in-sample",
               "conventions": "trust" if trusted else "discount",
               "align_ridge": report["alignment"]["ridge"],
-              "align_dims": "four" if "widths" in report else report["alignment"]["dims"]}
+              "align_dims": "four" if "widths" in report else report["alignment"]["dims"],
+              "prior": params.get("prior", "auto")}
     return round(summary.detection["auroc"], 4), chosen
 
 

@@ -17,6 +17,8 @@ so on), so that no corpus is scored by a prior fitted on its own pairs:
         --out prior.jsonl mdi=/work/corpora/loco/work/mdi-300-0.3-s0.parquet ...
     python benchmarks/kernels/prior_space.py table prior.jsonl
 
+``flips`` runs ``benchmarks/rule_flips.py`` the same way (each corpus of the prior's families
+read in a prior refitted without its family), for the rules' tables at the current code.
 ``run --rotate`` first turns each side's vectors by a fixed random rotation: towers of the
 default's widths that are not the default's, which the prior cannot read.
 """
@@ -111,6 +113,27 @@ def run(args: argparse.Namespace) -> None:
         print(json.dumps(row), flush=True)
 
 
+def flips(args: argparse.Namespace) -> None:
+    """``rule_flips.py run`` on each ``NAME=NOISY.parquet[@SEED]``, where a corpus whose family
+    (``NAME`` up to its first ``-``) is in the shipped prior is read in one refitted without it."""
+    import rule_flips
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    fitted = {family: Path(path) for family, path in (s.split("=", 1) for s in args.fit)}
+    shipped = prior_space.BUNDLED
+    for spec in args.corpora:
+        family = spec.split("=", 1)[0].split("-", 1)[0]
+        if family in fitted:
+            prior_space.BUNDLED = args.work / f"prior-without-{family}.safetensors"
+            if not prior_space.BUNDLED.exists():
+                prior_space.save_prior(fit(fitted, leave_out=family), prior_space.BUNDLED, {})
+        try:
+            rule_flips.run(argparse.Namespace(corpora=[spec], work=args.work, out=args.out,
+                                              flips=args.flips))
+        finally:
+            prior_space.BUNDLED = shipped
+
+
 def rotated(path: Path, work: Path) -> Path:
     """``path`` with each side's vectors turned by a fixed random rotation: towers of the
     default's widths that are not the default's. The corpus's own CCA, cosines and neighbours
@@ -177,6 +200,14 @@ def main(argv: list[str] | None = None) -> None:
     two.add_argument("--seed", type=int, default=0,
                      help="the scoring seed of a file not named for its noise's (-sN.parquet)")
     two.set_defaults(func=run)
+    four = sub.add_parser("flips")
+    four.add_argument("corpora", nargs="+", help="NAME=NOISY.parquet[@SEED] (rule_flips.py's)")
+    four.add_argument("--fit", nargs="+", required=True,
+                      help="FAMILY=EMBEDDED.parquet: the shipped prior's sources")
+    four.add_argument("--work", type=Path, required=True)
+    four.add_argument("--out", type=Path, required=True)
+    four.add_argument("--flips", nargs="+", help="only these flips (rule_flips.py's --flips)")
+    four.set_defaults(func=flips)
     three = sub.add_parser("table")
     three.add_argument("runs", type=Path)
     three.set_defaults(func=table)
