@@ -55,11 +55,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(words: list[str]) -> int:
-    import typer
+    try:
+        import typer
 
-    from ncclean.cli.app import app, state
-    from ncclean.cli.render import error_line
-    from ncclean.errors import NcCleanError
+        from ncclean.cli.app import app, state
+        from ncclean.cli.render import error_line
+        from ncclean.errors import NcCleanError
+    except Exception as error:  # a dependency missing, or of a version the command line lacks
+        _traceback("--debug" in words[:1])
+        print(f"ncclean: error: cannot start: {type(error).__name__}: {error} (a dependency "
+              "is missing or of another version: reinstall ncclean; rerun with --debug for "
+              "the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
     state.debug = "--debug" in words[:1]
     state.argv = ("ncclean", *words)
@@ -146,8 +153,10 @@ def _wide_help() -> None:
     rich's default of 80 cuts option names."""
     if os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH") or sys.stdout.isatty():
         return
-    import typer.rich_utils as rich_utils
-
+    try:
+        import typer.rich_utils as rich_utils
+    except ImportError:  # the run that follows says so in one line
+        return
     if rich_utils.MAX_WIDTH is None:
         rich_utils.MAX_WIDTH = 120
 

@@ -126,6 +126,21 @@ def test_the_command_line_starts_on_a_typer_without_the_help_type_hook(tmp_path)
     assert pq.read_table(tmp_path / "s.parquet").num_rows == 12
 
 
+def test_a_broken_dependency_is_one_line_and_exit_3_not_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "sys.modules['typer'] = None  # an import of typer fails, as a broken install's\n"
+              "from ncclean.cli import main\n"
+              "raise SystemExit(main(['inspect', 'x.parquet']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 3
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ncclean: error: cannot start: "), done.stderr
+    assert "reinstall ncclean" in lines[0]
+
+
 # --------------------------------------------------------------------------------- nonsense cuts
 
 
