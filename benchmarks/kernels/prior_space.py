@@ -181,6 +181,18 @@ def table(args: argparse.Namespace) -> None:
               f"worst {min(changes):+.4f}, best {max(changes):+.4f}")
 
 
+def _scoring(command: argparse.ArgumentParser, corpora: str, func) -> argparse.ArgumentParser:
+    """The arguments ``run`` and ``flips`` share: the noisy files, the prior's sources, where
+    the runs go."""
+    command.add_argument("corpora", nargs="+", help=corpora)
+    command.add_argument("--fit", nargs="+", required=True,
+                         help="FAMILY=EMBEDDED.parquet: the shipped prior's sources")
+    command.add_argument("--work", type=Path, required=True)
+    command.add_argument("--out", type=Path, required=True)
+    command.set_defaults(func=func)
+    return command
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -188,26 +200,15 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("corpora", nargs="+", help="FAMILY=EMBEDDED.parquet")
     one.add_argument("-o", "--output", type=Path, default=prior_space.BUNDLED)
     one.set_defaults(func=build)
-    two = sub.add_parser("run")
-    two.add_argument("corpora", nargs="+", help="FAMILY=NOISY.parquet")
-    two.add_argument("--fit", nargs="+", required=True,
-                     help="FAMILY=EMBEDDED.parquet: the shipped prior's sources")
-    two.add_argument("--work", type=Path, required=True)
-    two.add_argument("--out", type=Path, required=True)
+    two = _scoring(sub.add_parser("run"), "FAMILY=NOISY.parquet", run)
     two.add_argument("--rotate", action="store_true",
                      help="turn each side's vectors by a fixed random rotation first (towers "
                           "of the default's widths that are not the default's)")
     two.add_argument("--seed", type=int, default=0,
                      help="the scoring seed of a file not named for its noise's (-sN.parquet)")
-    two.set_defaults(func=run)
-    four = sub.add_parser("flips")
-    four.add_argument("corpora", nargs="+", help="NAME=NOISY.parquet[@SEED] (rule_flips.py's)")
-    four.add_argument("--fit", nargs="+", required=True,
-                      help="FAMILY=EMBEDDED.parquet: the shipped prior's sources")
-    four.add_argument("--work", type=Path, required=True)
-    four.add_argument("--out", type=Path, required=True)
+    four = _scoring(sub.add_parser("flips"), "NAME=NOISY.parquet[@SEED] (rule_flips.py's)",
+                    flips)
     four.add_argument("--flips", nargs="+", help="only these flips (rule_flips.py's --flips)")
-    four.set_defaults(func=flips)
     three = sub.add_parser("table")
     three.add_argument("runs", type=Path)
     three.set_defaults(func=table)
