@@ -183,3 +183,20 @@ def test_a_prior_that_parts_the_pairs_better_than_the_cosine_leads_it(rng):
     fitted, null = controlled(rng, sample((0.3, 0.2, 0.0, -0.5)), sample((0, 0, 0, 0)))
     weights = read_weights(fitted, null).hood.weights
     assert weights[2] == 0 and weights[0] == pytest.approx(0.2 / 0.3, abs=0.1)
+
+
+def test_every_shipped_prior_file_is_package_data():
+    """A wheel carries only what ``pyproject.toml`` names as package data, and a default run
+    without the prior file stops: every file beside the shipped prior must match a pattern."""
+    import fnmatch
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11
+
+    root = Path(prior_space.__file__).resolve().parents[2]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["ncclean"]
+    shipped = [path.relative_to(root / "ncclean").as_posix()
+               for path in prior_space.BUNDLED.parent.iterdir() if path.is_file()]
+    assert prior_space.BUNDLED.name in {Path(p).name for p in shipped}
+    assert all(any(fnmatch.fnmatch(p, pattern) for pattern in patterns) for p in shipped), shipped
