@@ -26,6 +26,7 @@ default's widths that are not the default's, which the prior cannot read.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -79,18 +80,35 @@ def build(args: argparse.Namespace) -> None:
     print(f"{args.output}: {prior.dims} directions, {args.output.stat().st_size:,} bytes")
 
 
+def prior_for(family: str, fitted: dict[str, Path], work: Path) -> Path:
+    """The prior a corpus of ``family`` is read in: the shipped one, or for a family it was
+    fitted on one refitted without that family (written once into ``work``), so that no corpus
+    is read in a prior fitted on its own pairs."""
+    if family not in fitted:
+        return prior_space.BUNDLED
+    path = work / f"prior-without-{family}.safetensors"
+    if not path.exists():
+        prior_space.save_prior(fit(fitted, leave_out=family), path, {})
+    return path
+
+
+@contextlib.contextmanager
+def reading(prior_file: Path):
+    """``clip`` reads ``prior_file`` as its shipped prior within the block."""
+    shipped, prior_space.BUNDLED = prior_space.BUNDLED, prior_file
+    try:
+        yield
+    finally:
+        prior_space.BUNDLED = shipped
+
+
 def run(args: argparse.Namespace) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     fitted = {family: Path(path) for family, path in (s.split("=", 1) for s in args.fit)}
     commit = checkout_commit()
-    shipped = prior_space.BUNDLED
     for spec in args.corpora:
         family, path = spec.split("=", 1)
-        prior_file = shipped
-        if family in fitted:  # never a prior fitted on the corpus's own pairs
-            prior_file = args.work / f"prior-without-{family}.safetensors"
-            if not prior_file.exists():
-                prior_space.save_prior(fit(fitted, leave_out=family), prior_file, {})
+        prior_file = prior_for(family, fitted, args.work)
         # the noise's seed where the file is named for it (``-s1.parquet``), as the scoring seed
         named = re.search(r"-s(\d+)\.parquet$", path)
         seed = int(named.group(1)) if named else args.seed
@@ -99,15 +117,14 @@ def run(args: argparse.Namespace) -> None:
         if args.rotate:
             path, row["rotated"] = rotated(Path(path), args.work), True
         for arm, params in (("off", {"prior": "off"}), ("on", {})):
-            prior_space.BUNDLED = prior_file
             out = args.work / "scored.parquet"
-            summary = api.score(path, out, method="clip", params=params, columns=VECTORS,
-                                run=RunOptions(seed=seed, overwrite=True))
+            with reading(prior_file):
+                summary = api.score(path, out, method="clip", params=params, columns=VECTORS,
+                                    run=RunOptions(seed=seed, overwrite=True))
             row[arm] = round(summary.detection["auroc"], 4)
             record = json.loads(Path(f"{out}.json").read_text())
             if arm == "on":
                 row["weights"] = prior_weights(record)
-        prior_space.BUNDLED = shipped
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
@@ -120,18 +137,11 @@ def flips(args: argparse.Namespace) -> None:
 
     args.work.mkdir(parents=True, exist_ok=True)
     fitted = {family: Path(path) for family, path in (s.split("=", 1) for s in args.fit)}
-    shipped = prior_space.BUNDLED
     for spec in args.corpora:
         family = spec.split("=", 1)[0].split("-", 1)[0]
-        if family in fitted:
-            prior_space.BUNDLED = args.work / f"prior-without-{family}.safetensors"
-            if not prior_space.BUNDLED.exists():
-                prior_space.save_prior(fit(fitted, leave_out=family), prior_space.BUNDLED, {})
-        try:
+        with reading(prior_for(family, fitted, args.work)):
             rule_flips.run(argparse.Namespace(corpora=[spec], work=args.work, out=args.out,
                                               flips=args.flips))
-        finally:
-            prior_space.BUNDLED = shipped
 
 
 def rotated(path: Path, work: Path) -> Path:
