@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ncclean.data.parquet import written
+from ncclean.data.parquet import written, written_by_ncclean
 from ncclean.errors import EmptyInputError, InputNotFoundError, NotParquetError, SchemaError
 
 FIT_HASH_KEY = b"ncclean.fit_hash"
@@ -261,6 +261,16 @@ def output_complete(path: Path, fit_hash: str, n_rows: int, write: str = "all") 
     return meta.get(FIT_HASH_KEY) == fit_hash.encode() and \
         meta.get(N_ROWS_KEY) == str(n_rows).encode() and parquet.metadata.num_rows == n_rows \
         and written(parquet.schema_arrow) == write
+
+
+def scored_shard(path: Path) -> bool:
+    """Whether ``path`` is a scoring run's output shard (its metadata names the fit) or a file
+    an ncclean command wrote with its record, finished or not."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowInvalid, OSError):
+        meta = {}
+    return FIT_HASH_KEY in meta or written_by_ncclean(path)
 
 
 def completion_metadata(fit_hash: str, n_rows: int) -> dict[bytes, bytes]:

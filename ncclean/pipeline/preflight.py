@@ -26,10 +26,13 @@ def check_shards(input: PathLike, shards: list[InputShard]) -> None:
         open_pairs(input)
 
 
-def check_output(input: PathLike, out: Path, to_folder: bool) -> None:
+def check_output(input: PathLike, out: Path, to_folder: bool,
+                 shards: list[InputShard] = (), overwrite: bool = False) -> None:
     """The output of a sharded run: not the input nor inside the input folder, not a file where
     a folder is asked for (``-o DIR/``), created (remembered, so a failed run removes it) and
-    writable. :class:`OutputError` otherwise, before any work."""
+    writable; in a folder, no output shard (``DIR/<stem>.parquet`` for each of ``shards``) may
+    be an input file, nor replace a file that is not a scored shard unless ``overwrite``.
+    :class:`OutputError` otherwise, before any work."""
     from ncclean.data.atomic import make_folder, probe_writable
     from ncclean.data.parquet import check_output_path
 
@@ -42,10 +45,28 @@ def check_output(input: PathLike, out: Path, to_folder: bool) -> None:
         if out.exists() and not out.is_dir():
             raise OutputError(f"-o {out}: a file is in the way (a corpus of shards is written "
                               "to a folder); give a new folder name")
+        _check_shard_outputs(out, shards, overwrite)
         make_folder(out)
         probe_writable(out / FOLDER_RECORD)
     else:
         check_output_path(out)  # a file: not a folder, its folder made and probed
+
+
+def _check_shard_outputs(out: Path, shards: list[InputShard], overwrite: bool) -> None:
+    """Each output shard of a folder run: never an input file (a single file scored into its
+    own folder), and where a file is already there, one a scoring run wrote (a rerun resumes or
+    redoes it), unless ``overwrite``."""
+    from ncclean.data.shards import scored_shard
+
+    inputs = {shard.path.resolve() for shard in shards}
+    for shard in shards:
+        dest = out / f"{shard.stem}.parquet"
+        if dest.resolve() in inputs:
+            raise OutputError(f"-o {out}: its output shard {dest} would replace the input "
+                              f"{shard.path}; write to another folder")
+        if dest.exists() and not overwrite and not scored_shard(dest):
+            raise OutputError(f"-o {out}: {dest} exists and was not written by a scoring run; "
+                              "give a new folder, or --overwrite to replace it")
 
 
 def check_save_fit(path: PathLike | None) -> None:

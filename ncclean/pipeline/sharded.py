@@ -134,7 +134,7 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
         check_towers()
     check_shards(input, shards)
     id_name = id_column(shards[0], columns) if plan.kept else None  # pairs are keyed by id
-    check_output(input, out, to_folder)
+    check_output(input, out, to_folder, shards, run.overwrite)
     check_save_fit(scale.save_fit)
     if scale.engine == "ray" and scale.ray_address:  # before the fit, not after it
         from ncclean.pipeline.ray_engine import check_address

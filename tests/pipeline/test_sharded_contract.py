@@ -236,6 +236,31 @@ def test_an_output_folder_where_a_file_is_is_refused(tmp_path, capsys):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_a_file_scored_into_its_own_folder_never_replaces_itself(tmp_path, capsys):
+    pq.write_table(vector_table(200), tmp_path / "in.parquet")
+    before = (tmp_path / "in.parquet").read_bytes()
+    code, _, err = run(capsys, "score", tmp_path / "in.parquet", "-o", tmp_path, *CLIP)
+    assert code == 2 and "would replace the input" in one_line(err)
+    assert (tmp_path / "in.parquet").read_bytes() == before
+    assert not (tmp_path / "ncclean.json").exists()
+
+
+def test_an_output_folder_keeps_files_a_scoring_run_did_not_write(tmp_path, capsys):
+    pq.write_table(vector_table(200), tmp_path / "noisy.parquet")
+    (tmp_path / "split").mkdir()
+    pq.write_table(vector_table(50, seed=1), tmp_path / "split" / "noisy.parquet")  # split's
+    before = (tmp_path / "split" / "noisy.parquet").read_bytes()
+    args = ("score", tmp_path / "noisy.parquet", "-o", tmp_path / "split", *CLIP)
+    code, _, err = run(capsys, *args)
+    assert code == 2 and "was not written by a scoring run" in one_line(err)
+    assert (tmp_path / "split" / "noisy.parquet").read_bytes() == before
+    code, _, err = run(capsys, *args, "--overwrite")
+    assert code == 0, err
+    assert pq.read_metadata(tmp_path / "split" / "noisy.parquet").num_rows == 200
+    code, _, err = run(capsys, *args)  # the scoring run's own output: a rerun resumes
+    assert code == 0, err
+
+
 def _immutable(folder: Path) -> bool:
     """Make ``folder`` unwritable even for root (``chattr +i``); whether that worked."""
     import subprocess
