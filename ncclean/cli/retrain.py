@@ -17,9 +17,9 @@ def retrain(
         help="A file written by 'ncclean score' [default: the last one it wrote from this "
         "folder].", show_default=False)] = None,
     test: Annotated[Path | None, typer.Option(
-        help="Held-out test pairs (Parquet), never seen by the scoring run [default: a tenth of "
-        "the valid pairs with a unique caption, chosen by id and held out of training; see the "
-        "warning it prints].", show_default=False)] = None,
+        help="Held-out test pairs (Parquet), never seen by the scoring run [default: about a "
+        "tenth of the valid pairs with a unique caption, chosen by id and held out of training; "
+        "see the warning it prints].", show_default=False)] = None,
     keep: Annotated[Literal["clean", "significant", "clean+vague", "weighted"] | None,
                     typer.Option(
         help="What to train on: the clean partitions, clean_significant alone (no "

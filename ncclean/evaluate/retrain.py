@@ -178,11 +178,16 @@ def train_arm(features: Features, arm: Arm, matcher_config: MatcherConfig,
 
 def evaluate(matcher, test: Features, device: str = "cpu") -> dict[str, dict[str, float]]:
     """Recall@1/5/10 both ways and rSum on ``test``, strict (the caption's own image) and by
-    text identity (any caption with the same text as one of the image's)."""
+    text identity (any caption with the same text as one of the image's): image-to-text over
+    the images of the test pairs, text-to-image over their captions.
+
+    The image table may hold more than the test images (pairs held out of the scored corpus
+    share its table), so only the images the test pairs use are queries and candidates."""
     embeddings = embed_pairs(matcher, test, device)
-    sims = embeddings.images @ embeddings.texts[test.text_group].T
-    strict = retrieval_metrics(sims, test.image_group)
-    by_text = retrieval_metrics(sims, test.image_group, test.text_group)
+    images, text_image = np.unique(test.image_group, return_inverse=True)
+    sims = embeddings.images[images] @ embeddings.texts[test.text_group].T
+    strict = retrieval_metrics(sims, text_image)
+    by_text = retrieval_metrics(sims, text_image, test.text_group)
     return {"strict": strict.as_dict(), "by_text": by_text.as_dict()}
 
 

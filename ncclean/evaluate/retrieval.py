@@ -32,6 +32,10 @@ def recall_at_k(sims: np.ndarray, relevant: np.ndarray, ks: Sequence[int] = KS) 
     relevant = np.asarray(relevant, dtype=bool)
     if sims.shape != relevant.shape:
         raise ValueError(f"sims {sims.shape} and relevant {relevant.shape} differ in shape")
+    lacking = np.flatnonzero(~relevant.any(axis=1))
+    if len(lacking):  # it would count as a miss, or a hit at any K past the item count
+        raise ValueError(f"{len(lacking)} of {len(relevant)} queries have no relevant item "
+                         f"(first: row {lacking[0]}); recall averages over real queries only")
     ranks = np.empty(sims.shape[0], dtype=np.int64)
     for start in range(0, sims.shape[0], _BLOCK):
         block = sims[start:start + _BLOCK]

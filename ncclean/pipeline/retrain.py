@@ -25,12 +25,17 @@ PathLike = str | os.PathLike
 HELD_OUT_SHARE = 0.1
 """Without a test file: the share of the valid pairs with a unique caption held out as test."""
 HELD_OUT_WARNING = (
-    "no --test: recall is measured on {n} pairs held out of {input} ({share:.0%} of the valid "
-    "pairs with a unique caption, chosen by id) and kept out of every arm. It can compare the "
-    "arms on this corpus; it cannot show how a matcher does on clean data or on new images: "
-    "the held-out pairs carry the corpus's own noise (a mismatched pair counts as a miss for a "
-    "matcher that is right) and their images may be trained on under other captions. Give "
-    "--test with clean held-out pairs for that.")
+    "no --test: recall is measured on {n} pairs held out of {input} (of its {unique} valid "
+    "pairs with a unique caption, those whose id hashes into the lowest {share:.0%}) and kept "
+    "out of every arm. It can compare the arms on this corpus; it cannot show how a matcher "
+    "does on clean data or on new images: the held-out pairs carry the corpus's own noise (a "
+    "mismatched pair counts as a miss for a matcher that is right) and their images may be "
+    "trained on under other captions. Give --test with clean held-out pairs for that.")
+TINY_TEST = 100
+"""Without a test file: fewer held-out pairs than this is a tiny test set, and a warning."""
+TINY_TEST_WARNING = (
+    "the test set is tiny: {n} held-out pairs, so each recall moves in steps of {step:.1f} "
+    "points or more and smaller differences between arms are noise; give --test with more pairs")
 
 
 def held_out(ids: list, text_group: np.ndarray, share: float = HELD_OUT_SHARE) -> np.ndarray:
@@ -205,13 +210,17 @@ def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str | None,
     if test is None:
         held = held_out(corpus.ids.take(pa_mask_rows(features.rows)).to_pylist(),
                         features.text_group)
-        if held.sum() < 2:
+        n_held = int(held.sum())
+        if n_held < 2:
             raise BadOptionError(f"{input}: too few pairs to hold out as a test set "
-                                 f"({int(held.sum())}); give --test")
+                                 f"({n_held}); give --test")
+        unique = int((np.bincount(features.text_group)[features.text_group] == 1).sum())
+        warnings.append(HELD_OUT_WARNING.format(n=n_held, input=input, unique=unique,
+                                                share=HELD_OUT_SHARE))
         test_features = features.subset(held)
         features = features.subset(~held)
-        warnings.append(HELD_OUT_WARNING.format(n=int(held.sum()), input=input,
-                                                share=HELD_OUT_SHARE))
+        if n_held < TINY_TEST:
+            warnings.append(TINY_TEST_WARNING.format(n=n_held, step=100 / n_held))
     else:
         test_features = build_features(test_corpus, matcher_config, cache_dir=cache,
                                        device=device, progress=progress)

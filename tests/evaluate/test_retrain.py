@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from ncclean import api
 from ncclean.cli import main
@@ -16,11 +17,13 @@ from ncclean.evaluate.retrain import (
     RetrainConfig,
     best_stretch,
     cleaned_arm,
+    evaluate,
     gap_recovered,
     late_slope,
     verdicts,
 )
-from ncclean.testing import tiny_features
+from ncclean.models.features import Features
+from ncclean.testing import tiny_features, vector_features
 from tests.helpers import retrain_corpus
 
 FAST = {"warmup_epochs": "1", "epochs": "2", "batch_size": "32", "pool_size": "64"}
@@ -77,6 +80,47 @@ def test_gap_recovered():
     assert gap_recovered({"cleaned": arms["cleaned"]}, "cleaned") is None
 
 
+class Identity(torch.nn.Module):
+    """A matcher whose embeddings are its input vectors, so the similarities are known."""
+
+    embed_dim = 2
+
+    def encode_images(self, x):
+        return x.float()
+
+    def encode_texts(self, x):
+        return x.float()
+
+
+def test_recall_averages_over_the_test_images_and_captions_alone():
+    # A table of 6 images shared with training (as a held-out split's is); the 3 test pairs use
+    # images 0 and 1, and image 1 has two captions.
+    images = np.zeros((6, 2), dtype=np.float32)
+    images[0], images[1] = [1, 0], [0, 1]
+    texts = np.array([[0.6, 0.9], [-0.5, -0.1], [0.5, 0.4]], dtype=np.float32)
+    test = Features(rows=np.arange(3), image_group=np.array([0, 1, 1]),
+                    text_group=np.arange(3), image_data=images, text_data=texts)
+    strict = evaluate(Identity(), test)["strict"]
+    # image 0 ranks its caption 0 (0.6) first; image 1's best caption (2, 0.4) follows 0 (0.9)
+    assert [strict[f"i2t_r{k}"] for k in (1, 5, 10)] == [50.0, 100.0, 100.0]
+    # caption 0 finds image 1 first, caption 1 image 1 (-0.1 over -0.5), caption 2 image 0 first
+    assert [strict[f"t2i_r{k}"] for k in (1, 5, 10)] == pytest.approx([100 / 3, 100, 100])
+
+
+def test_every_recall_on_a_held_out_split_is_a_multiple_of_one_query():
+    from ncclean.models.matcher import build_matcher
+
+    features, config, _ = vector_features(n_images=60, captions_per_image=2)
+    test = features.subset(np.arange(0, 120, 17))  # 8 pairs of 8 images, the table of 60 shared
+    n_images, n_texts = len(np.unique(test.image_group)), test.n_pairs
+    assert n_images == n_texts == 8
+    for metrics in evaluate(build_matcher(config, seed=0), test).values():
+        for key, value in metrics.items():
+            queries = n_images if key.startswith("i2t") else n_texts
+            if key != "rsum":
+                assert value * queries / 100 == pytest.approx(round(value * queries / 100)), key
+
+
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
     folder = retrain_corpus(tmp_path_factory.mktemp("retrain"))
@@ -103,6 +147,19 @@ def test_baseline_arms_and_reproducibility(scored):
     assert {k: v["strict"] for k, v in again.arms.items()} == \
         {k: v["strict"] for k, v in first.arms.items()}
     assert first.gap_recovered == again.gap_recovered
+
+
+def test_without_test_the_held_out_split_is_scored_on_its_own_pairs_and_called_tiny(scored):
+    path, _ = scored
+    summary = api.retrain(path, steps=4, eval_every=0, cache_dir=path.parent / "cache")
+    n = summary.n_test
+    assert 2 <= n < 100 and summary.arms["cleaned"]["n_pairs"] <= 90 - n
+    assert summary.warnings[0].startswith(f"no --test: recall is measured on {n} pairs")
+    assert summary.warnings[1].startswith(f"the test set is tiny: {n} held-out pairs")
+    for k in (1, 5, 10):  # held-out captions are unique: one query per test pair each way
+        for direction in ("i2t", "t2i"):
+            value = summary.arms["cleaned"]["strict"][f"{direction}_r{k}"]
+            assert value * n / 100 == pytest.approx(round(value * n / 100))
 
 
 def test_learning_curve_leaves_the_final_numbers_unchanged(scored, capsys):

@@ -70,3 +70,13 @@ def test_blocks_do_not_change_the_result(rng, monkeypatch):
     whole = retrieval_metrics(sims, text_image).as_dict()
     monkeypatch.setattr(retrieval, "_BLOCK", 7)
     assert retrieval_metrics(sims, text_image).as_dict() == whole
+
+
+def test_a_query_with_no_relevant_item_is_refused():
+    # Row 2 is an image with no caption in the test set: it is no query, and averaging it in
+    # would count it as a miss at K <= 3 and a hit at K > 3.
+    sims = np.array([[0.9, 0.1, 0.2], [0.1, 0.8, 0.3], [0.0, 0.0, 0.0]])
+    relevant = np.array([[True, False, False], [False, True, True], [False, False, False]])
+    with pytest.raises(ValueError, match="1 of 3 queries have no relevant item"):
+        recall_at_k(sims, relevant)
+    assert recall_at_k(sims[:2], relevant[:2], ks=(1,)) == {1: 100.0}
