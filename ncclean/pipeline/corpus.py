@@ -127,6 +127,13 @@ def inject_noise(
     corpus = read_corpus(input, columns, progress=progress)
     source, resolved = corpus.source, corpus.columns
     out = check_output_path(output, source)
+    if NOISY_GT in source.schema.names:
+        import pyarrow.compute as pc
+
+        if (n := int(pc.sum(source.read_columns([NOISY_GT]).column(0)).as_py() or 0)):
+            raise SchemaError(f"{input} already holds injected noise ({NOISY_GT}: {n:,} noisy "
+                              "pairs), which a second injection would relabel clean; inject "
+                              "into the clean corpus (a higher --ratio for more noise)")
     missing = [c for c in move_with_image if c not in source.schema.names]
     if missing:
         raise SchemaError(f"--move-with-image: no column {', '.join(map(repr, missing))}; "

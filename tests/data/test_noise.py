@@ -12,7 +12,7 @@ from ncclean.data.noise import (
     noisy_ground_truth,
     sample_noise,
 )
-from ncclean.errors import BadOptionError, IndexFileError, OutputError
+from ncclean.errors import BadOptionError, IndexFileError, OutputError, SchemaError
 
 # A corpus shape: how many captions each image has (images in order, captions next to each other).
 caption_counts = st.lists(st.integers(min_value=1, max_value=5), min_size=4, max_size=60)
@@ -206,6 +206,19 @@ def test_inject_noise_refuses_to_overwrite_its_input(shapes):
     with pytest.raises(OutputError):
         api.inject_noise(shapes, shapes, ratio=0.5)
     assert shapes.read_bytes() == before
+
+
+def test_a_noisy_file_is_not_injected_again(shapes, tmp_path):
+    api.inject_noise(shapes, tmp_path / "n.parquet", ratio=0.3, seed=0)
+    with pytest.raises(SchemaError, match="already holds injected noise"):
+        api.inject_noise(tmp_path / "n.parquet", tmp_path / "nn.parquet", ratio=0.3, seed=5)
+    assert not (tmp_path / "nn.parquet").exists()
+    clean = pq.read_table(tmp_path / "n.parquet")  # a noisy_gt of no noisy pair is replaced
+    clean = clean.set_column(clean.schema.get_field_index("noisy_gt"), "noisy_gt",
+                             pa.array([False] * clean.num_rows))
+    pq.write_table(clean, tmp_path / "labelled.parquet")
+    assert api.inject_noise(tmp_path / "labelled.parquet", tmp_path / "nn.parquet",
+                            ratio=0.3, seed=5).noisy > 0
 
 
 def test_a_bad_index_file(shapes, tmp_path):
