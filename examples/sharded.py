@@ -1,8 +1,9 @@
 """Scoring a corpus stored as a folder of Parquet shards.
 
-``ncclean score`` accepts a folder of shards as its input and reads them as one corpus; the
-output is one Parquet file holding every input row once. (Fitting once on a sample and applying
-the fit shard by shard, one output shard per input shard, is not built yet: ``docs/scaling.md``.)
+``ncclean score`` accepts a folder of shards as its input and reads them as one corpus; here
+the output is one Parquet file holding every input row once. Written to a folder (``-o DIR``),
+the run fits once on a sample and applies the fit shard by shard, one output shard per input
+shard (``docs/scaling.md``).
 
     python examples/sharded.py --out /tmp/ncclean-shards [--tiny]
 
