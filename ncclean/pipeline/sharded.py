@@ -312,6 +312,7 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
         "estimated_noise_rate": fit.meta["noise_rate"],
         "estimated_noise_ci95": fit.meta.get("noise_interval"), "cut": fit.meta["cut"],
         "n_rows": n_rows, "partition_counts": counts, "warnings": list(warnings or []),
+        "detection_vs_noisy_gt": (detection := _detection([r["output"] for r in reports])),
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],
         "seconds": seconds,
     } | (extra or {})
@@ -321,4 +322,34 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
         n_invalid=counts["invalid"], partition_counts=counts, noise_rate=fit.meta["noise_rate"],
         noise_interval=fit.meta.get("noise_interval"), seconds=seconds,
         n_pseudo_captions=sum(r["n_pseudo_captions"] for r in reports),
-        warnings=list(warnings or []))
+        warnings=list(warnings or []), detection=detection)
+
+
+DETECTION_MAX_PAIRS = 20_000_000
+"""The most pairs whose detection against ``noisy_gt`` a sharded run measures (three columns
+of each read into memory: about 10 bytes a pair)."""
+
+
+def _detection(outputs: list[str]) -> dict | None:
+    """Detection against ``noisy_gt`` (:func:`~ncclean.evaluate.detection.detection_metrics`)
+    over the valid pairs of every output shard, as a run on one file measures it, where the
+    input had the column (injected noise) and holds at most :data:`DETECTION_MAX_PAIRS`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from ncclean.data.results import INVALID, NOISY
+    from ncclean.data.schema import NOISY_GT
+    from ncclean.evaluate.detection import detection_metrics
+
+    if not outputs or NOISY_GT not in pq.read_schema(outputs[0]).names or sum(
+            pq.ParquetFile(path).metadata.num_rows for path in outputs) > DETECTION_MAX_PAIRS:
+        return None
+    table = pa.concat_tables(pq.read_table(path, columns=[NOISY_GT, "clean_prob", "partition"])
+                             .replace_schema_metadata(None) for path in outputs)
+    parts = table.column("partition").cast(pa.string())
+    valid = pc.not_equal(parts, INVALID).to_numpy(zero_copy_only=False)
+    truth = pc.fill_null(table.column(NOISY_GT), False).to_numpy(zero_copy_only=False)[valid]
+    clean_prob = table.column("clean_prob").to_numpy(zero_copy_only=False)[valid]
+    flagged = pc.equal(parts, NOISY).to_numpy(zero_copy_only=False)[valid]
+    return detection_metrics(truth.astype(bool), clean_prob, flagged=flagged).as_dict()

@@ -236,6 +236,23 @@ def test_an_output_folder_where_a_file_is_is_refused(tmp_path, capsys):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_a_folder_run_measures_detection_as_a_run_on_one_file(tmp_path, capsys):
+    table = vector_table(400, noise=0.3, seed=4)
+    write_shards(table, tmp_path / "in", 3)
+    code, out, err = run(capsys, "score", tmp_path / "in", "-o", tmp_path / "out", *CLIP)
+    assert code == 0, err
+    assert "against noisy_gt" in out
+    found = json.loads((tmp_path / "out" / "ncclean.json").read_text())["detection_vs_noisy_gt"]
+    scored = outputs(tmp_path / "out")
+    valid = np.array(scored["partition"].to_pylist()) != "invalid"
+    from ncclean.evaluate.detection import detection_metrics
+
+    expected = detection_metrics(np.array(scored["noisy_gt"].to_pylist())[valid],
+                                 np.array(scored["clean_prob"].to_pylist())[valid],
+                                 np.array(scored["partition"].to_pylist())[valid] == "noisy")
+    assert found == expected.as_dict() and found["n_noisy"] > 0
+
+
 def test_a_file_scored_into_its_own_folder_never_replaces_itself(tmp_path, capsys):
     pq.write_table(vector_table(200), tmp_path / "in.parquet")
     before = (tmp_path / "in.parquet").read_bytes()
