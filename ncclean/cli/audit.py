@@ -59,6 +59,8 @@ def audit(
     noise = summary.noise_rate
     out.print(f"  noise rate {pct(noise['estimate'], 1)} [{pct(noise['ci'][0], 1)}, "
               f"{pct(noise['ci'][1], 1)}] ({summary.labelled} labelled pairs)")
+    if summary.unmatched:
+        out.print(f"  {summary.unmatched} labels ignored: their ids are not pairs of {input}")
     cut = summary.cut
     if cut["clean_prob_at_least"] is not None:
         out.print(f"  for {pct(cut['target'], 1)} precision: keep clean_prob >= "

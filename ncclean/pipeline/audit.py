@@ -47,7 +47,7 @@ def audit_scored(input: PathLike, *, sample: int | None = None, output: PathLike
         raise BadOptionError("--sample needs -o SHEET.html, where the sheet is written")
     scored = open_scored(input)
     if labels is not None:
-        found = estimate(scored, read_labels(labels), target)
+        found = estimate(scored, read_labels(labels), target, labels_file=labels)
         return AuditSummary(input=Path(input), **found)
     caption, image = recorded_columns(scored, caption_col, image_col)
     drawn = stratified_sample(scored, sample, seed)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from html import escape
 from pathlib import Path
 
@@ -63,26 +64,19 @@ def stratified_sample(scored: Scored, n: int, seed: int = 0) -> dict[str, np.nda
 def audit_sheet(scored: Scored, sample: dict[str, np.ndarray], caption_col: str,
                 image_col: str | None, title: str, thumb_size: int = 160) -> str:
     """The labelling sheet of ``sample`` (see the module docstring)."""
-    from ncclean.data.images import RowProblem, load_image_bytes
-    from ncclean.report.html import _image_value, thumbnail
+    from ncclean.report.images import SampledImages, image_columns
 
     id_col = _id_column(scored)
-    columns = [id_col, caption_col, "pseudo_caption"] + ([image_col] if image_col else [])
+    columns = [id_col, caption_col, "pseudo_caption"] + image_columns(image_col)
     rows = np.concatenate(list(sample.values())) if sample else np.zeros(0, dtype=np.int64)
     values = fetch_rows(scored.source, rows, columns)
-    base = scored.source.path.parent if scored.source.path.is_file() else scored.source.path
+    images = SampledImages(scored, values, image_col)
     sections = []
     for name, picked in sample.items():
         cards = []
         for row in picked:
             value = values.get(int(row), {})
-            uri = None
-            if image_col and value.get(image_col) is not None:
-                try:
-                    uri = thumbnail(load_image_bytes(_image_value(value[image_col]), base),
-                                    thumb_size)
-                except (RowProblem, OSError):
-                    uri = None
+            uri = images.thumbnail(int(row), thumb_size)
             image = f'<img src="{uri}" alt="">' if uri else '<div class="noimg">no image</div>'
             caption = escape(str(value.get(caption_col) or ""))
             cards.append(
@@ -130,14 +124,20 @@ def read_labels(path: str | Path) -> dict[str, str]:
     return labels
 
 
-def estimate(scored: Scored, labels: dict[str, str], target: float = 0.95) -> dict:
+def estimate(scored: Scored, labels: dict[str, str], target: float = 0.95,
+             labels_file: str | os.PathLike = "") -> dict:
     """Each partition's precision and the corpus's noise rate with their 95% intervals, and the
     cut for ``target`` precision (see the module docstring). Labels of ids the file does not
-    hold are counted in ``unmatched``."""
+    hold are counted in ``unmatched``; :class:`BadOptionError` where none is the file's (the
+    labels of another corpus, read from ``labels_file``)."""
     ids = [str(v) for v in scored.source.read_columns([_id_column(scored)]).column(0)
            .to_pylist()]
     where = {pair_id: row for row, pair_id in enumerate(ids)}
     rows = np.array([where[i] for i in labels if i in where], dtype=np.int64)
+    if not len(rows):
+        raise BadOptionError(f"--labels {labels_file}: none of its {len(labels)} ids is a pair "
+                             "of this file; label a sheet drawn from it (audit --sample N -o "
+                             "SHEET.html)")
     label = np.array([labels[i] for i in labels if i in where], dtype=object)
     partitions, noise_terms, variance = {}, 0.0, 0.0
     valid = int(scored.valid.sum())

@@ -123,7 +123,8 @@ def check_scored(input: str | os.PathLike, limits: dict[str, float | None],
     if labels is not None:
         from ncclean.report.audit import estimate, read_labels
 
-        found = estimate(scored, read_labels(labels))["partitions"]["clean_significant"]
+        found = estimate(scored, read_labels(labels),
+                         labels_file=labels)["partitions"]["clean_significant"]
         if not found["labelled"]:
             raise BadOptionError(f"--labels {labels}: no labelled pair is clean_significant")
         audited = (found["precision"], found["ci"], min_precision)

@@ -15,19 +15,16 @@ the method's per-pair loss with the fitted mixture (when the sidecar has one); a
 
 from __future__ import annotations
 
-import base64
-import io
 import math
 from html import escape
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-from ncclean.data.images import RowProblem, load_image_bytes
 from ncclean.data.results import PARTITIONS
 from ncclean.data.scored import Scored, fetch_rows
 from ncclean.data.scripts import NAMES, OTHER, writing_systems
+from ncclean.report.images import SampledImages, image_columns
 from ncclean.report.noise import describe as describe_noise
 from ncclean.report.noise import noise_estimate
 from ncclean.report.svg import Chart
@@ -52,31 +49,6 @@ th:first-child,td:first-child{text-align:left}
 .score{color:#555}.pseudo{color:#1d6b3a}.truth{font-size:11px}.truth.bad{color:#b23a1e}
 .truth.good{color:#1d6b3a}.card{border-width:2px}.swatch{display:inline-block;width:10px;height:10px}
 """
-
-
-def thumbnail(data: bytes, size: int) -> str | None:
-    """A JPEG data URI of the image scaled to fit ``size`` (transparency on white); ``None``
-    when the bytes do not decode."""
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.draft("RGB", (size, size))
-            image.thumbnail((size, size))
-            if image.mode in ("RGBA", "LA", "PA", "P"):
-                image = image.convert("RGBA")
-                flat = Image.new("RGB", image.size, (255, 255, 255))
-                flat.paste(image, mask=image.getchannel("A"))
-                image = flat
-            buffer = io.BytesIO()
-            image.convert("RGB").save(buffer, "JPEG", quality=80)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return None
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _image_value(value):
-    if isinstance(value, dict):  # the Hugging Face {bytes, path} struct
-        return value.get("bytes") or value.get("path")
-    return value
 
 
 def sample_rows(scored: Scored, per_partition: int, seed: int) -> dict[str, np.ndarray]:
@@ -298,10 +270,10 @@ def _galleries(scored: Scored, image_col: str, caption_col: str, per_partition: 
                thumb_size: int, seed: int) -> str:
     samples = sample_rows(scored, per_partition, seed)
     wanted = np.concatenate(list(samples.values())) if samples else np.array([], dtype=np.int64)
-    columns = [image_col, caption_col, "id", "clean_prob", "significance", "pseudo_caption",
-               "pseudo_caption_score", "invalid_reason"]
+    columns = [caption_col, "id", "clean_prob", "significance", "pseudo_caption",
+               "pseudo_caption_score", "invalid_reason"] + image_columns(image_col)
     values = fetch_rows(scored.source, wanted, columns)
-    base = scored.source.path.parent if scored.source.path.is_file() else scored.source.path
+    images = SampledImages(scored, values, image_col)
     spent = 0
     out = []
     for name in QUEUE:
@@ -315,12 +287,8 @@ def _galleries(scored: Scored, image_col: str, caption_col: str, per_partition: 
         for row in rows:
             row_values = values.get(int(row), {})
             uri = None
-            if image_col in row_values and spent < IMAGE_BUDGET:
-                try:
-                    uri = thumbnail(load_image_bytes(_image_value(row_values[image_col]), base),
-                                    thumb_size)
-                except RowProblem:  # a row without a usable image shows a placeholder
-                    uri = None
+            if spent < IMAGE_BUDGET:  # a row without a usable image shows a placeholder
+                uri = images.thumbnail(int(row), thumb_size)
                 spent += len(uri or "")
             truth = None if scored.noisy_gt is None else bool(scored.noisy_gt[row])
             cards.append(_card(row, row_values, uri, caption_col, truth))

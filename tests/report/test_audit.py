@@ -13,7 +13,12 @@ import pytest
 
 from tests.cli.test_contract import one_line, run
 from tests.pipeline.corpora import vector_table
-from tests.report.test_split_check import CHROMIUM_FLAGS, _chromium_and_playwright
+from tests.report.test_split_check import (
+    CHROMIUM_FLAGS,
+    _chromium_and_playwright,
+    assert_each_pair_shows_its_image,
+    score_elsewhere,
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +79,20 @@ def test_bad_labels_are_one_line(scored, tmp_path, capsys):
     assert code == 2 and "'maybe' is not one of match, mismatch, generic, partial" in one_line(err)
     code, _, err = run(capsys, "audit", scored)
     assert code == 2 and "--sample N -o SHEET.html" in one_line(err)
+    (tmp_path / "other.csv").write_text("id,label\nnot-a-pair,match\nnor-this,mismatch\n")
+    for command in (("audit",), ("check", "--min-precision", "0.5")):
+        code, _, err = run(capsys, *command, scored, "--labels", tmp_path / "other.csv")
+        assert code == 2 and "none of its 2 ids is a pair of this file" in one_line(err)
+
+
+def test_labels_of_ids_the_file_lacks_are_named(scored, tmp_path, capsys):
+    ids = pq.read_table(scored, columns=["id"])["id"].to_pylist()[:40]
+    labels_from_truth(scored, ids, tmp_path / "labels.csv")
+    with open(tmp_path / "labels.csv", "a") as handle:
+        handle.write("not-a-pair,match\n")
+    code, out, err = run(capsys, "audit", scored, "--labels", tmp_path / "labels.csv")
+    assert code == 0, err
+    assert "1 labels ignored: their ids are not pairs of" in out
 
 
 def label_in_browser(page_path: Path, keys: str, tmp_path: Path) -> tuple[list, str, list]:
@@ -122,3 +141,20 @@ def test_the_report_is_a_workspace_queue_first_labelled_and_exported(scored, tmp
     assert rows == list(zip(ids[:2], ["mismatch", "match"]))
     summary = api.audit(scored, labels=tmp_path / "labels.csv")  # audit reads the report's export
     assert summary.labelled == 2
+
+
+@pytest.fixture(scope="module")
+def scored_elsewhere(tmp_path_factory) -> dict[str, Path]:
+    return score_elsewhere(tmp_path_factory.mktemp("elsewhere"))
+
+
+@pytest.mark.parametrize("name", ["wds", "paths"])
+def test_the_sheet_shows_the_images_wherever_the_output_was_written(scored_elsewhere, name,
+                                                                     tmp_path, capsys,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)  # neither the input's folder nor the output's
+    code, _, err = run(capsys, "audit", scored_elsewhere[name], "--sample", "24", "-o",
+                       tmp_path / "sheet.html")
+    assert code == 0, err
+    assert assert_each_pair_shows_its_image((tmp_path / "sheet.html").read_text(),
+                                            {"p0003"}) == 24

@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
@@ -239,3 +240,96 @@ def test_html_report_shows_each_writing_system_where_the_captions_use_several(
     assert rows["cyrillic"].endswith("<td>0.0%</td><td>-</td></tr>")  # none moved: no AUROC
     api.split(scored, tmp_path / "one", html=tmp_path / "one.html", per_partition=2)
     assert "By writing system" not in (tmp_path / "one.html").read_text()  # one system
+
+
+# ------------------------------------------------ images the output refers to (docs/output.md)
+
+
+def pair_colour(k: int) -> tuple[int, int, int]:
+    """The colour of pair ``k``'s image: each pair's own, so a page shows which image it found."""
+    return 30 + 5 * k % 200, 220 - 3 * k % 180, 60 + 11 * k % 150
+
+
+def shown_colours(page: str) -> dict[str, np.ndarray]:
+    """Each pair's id on a page (report or sheet) with the mean colour of its thumbnail."""
+    found = {}
+    for pair_id, uri in re.findall(r"data-id=['\"]([^'\"]*)['\"][^>]*><img src=['\"]([^'\"]*)",
+                                   page):
+        data = base64.b64decode(uri.split(",", 1)[1])
+        with Image.open(io.BytesIO(data)) as image:
+            found[pair_id] = np.asarray(image.convert("RGB")).reshape(-1, 3).mean(axis=0)
+    return found
+
+
+def assert_each_pair_shows_its_image(page: str, missing: set[str] = frozenset()) -> int:
+    """Every pair on ``page`` but ``missing`` shows its own image (its id ends in its number),
+    those in ``missing`` say "no image"; the number of pairs shown."""
+    ids = re.findall(r"<div class=['\"][^'\"]*\bpair\b[^'\"]*['\"][^>]*data-id=['\"]([^'\"]*)",
+                     page)
+    shown = shown_colours(page)
+    assert set(shown) == set(ids) - missing and ids
+    for pair_id, colour in shown.items():
+        assert np.abs(colour - pair_colour(int(pair_id[-4:]))).max() < 12, pair_id
+    assert page.count("no image") == len(set(ids) & missing)
+    return len(ids)
+
+
+@pytest.fixture(scope="module")
+def scored_elsewhere(tmp_path_factory) -> dict[str, Path]:
+    return score_elsewhere(tmp_path_factory.mktemp("elsewhere"))
+
+
+def score_elsewhere(folder: Path) -> dict[str, Path]:
+    """Two corpora in ``folder``, each scored (from vectors) with paths relative to ``folder``
+    into ``folder/out``, not its input's folder: img2dataset-style tars (``wds``, the output
+    keeps only ``image_ref``) and a Parquet file of image paths relative to it (``paths``, pair
+    0003's image missing)."""
+    from tests.data.test_webdataset_reader import npy, write_tar
+    from tests.helpers import png_bytes
+
+    rng = np.random.default_rng(5)
+    image = rng.normal(size=(48, 8))
+    text = image + 0.3 * rng.normal(size=(48, 8))
+    text[:10] = rng.normal(size=(10, 8))
+    for s in range(2):
+        members = []
+        for k in range(s * 24, s * 24 + 24):
+            key = f"{s:05d}{k:04d}"
+            members += [(f"{key}.jpg", png_bytes(pair_colour(k))),
+                        (f"{key}.txt", f"a caption {k}".encode()),
+                        (f"{key}.json", json.dumps({"key": key}).encode()),
+                        (f"{key}.image_emb.npy", npy(image[k])),
+                        (f"{key}.text_emb.npy", npy(text[k]))]
+        write_tar(folder / "wds" / f"{s:05d}.tar", members)
+    (folder / "pq" / "imgs").mkdir(parents=True)
+    for k in range(48):
+        if k != 3:
+            (folder / "pq" / "imgs" / f"{k}.png").write_bytes(png_bytes(pair_colour(k)))
+    pq.write_table(pa.table({"id": [f"p{k:04d}" for k in range(48)],
+                             "caption": [f"a caption {k}" for k in range(48)],
+                             "image": [f"imgs/{k}.png" for k in range(48)],
+                             "img": list(image.astype(np.float32)),
+                             "txt": list(text.astype(np.float32))}),
+                   folder / "pq" / "pairs.parquet")
+    vectors = ["--method", "clip", "--no-cache"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        for args in (["wds", "-o", "out/wds-scored", "--image-emb-col", "image_emb",
+                      "--text-emb-col", "text_emb"],
+                     ["pq/pairs.parquet", "-o", "out/pairs.scored.parquet",
+                      "--image-emb-col", "img", "--text-emb-col", "txt"]):
+            assert main(["score", *args, *vectors]) == 0
+    return {"wds": folder / "out" / "wds-scored", "paths": folder / "out" / "pairs.scored.parquet"}
+
+
+@pytest.mark.parametrize("name", ["wds", "paths"])
+def test_the_report_shows_the_images_wherever_the_output_was_written(scored_elsewhere, name,
+                                                                      tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # neither the input's folder nor the output's
+    api.split(scored_elsewhere[name], tmp_path / "parts", html=tmp_path / "report.html")
+    missing = {"p0003"} if name == "paths" else set()
+    assert assert_each_pair_shows_its_image((tmp_path / "report.html").read_text(), missing) == 48
+    if name == "wds":  # the reference named as the image column reads the same
+        api.split(scored_elsewhere[name], tmp_path / "ref", html=tmp_path / "ref.html",
+                  image_col="image_ref")
+        assert_each_pair_shows_its_image((tmp_path / "ref.html").read_text())
