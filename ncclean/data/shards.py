@@ -124,6 +124,12 @@ def _arrow_files(state: Path) -> list[Path]:
     return [state.parent / entry["filename"] for entry in files]
 
 
+ARROW_ID = "id"
+"""The id column a saved Hugging Face dataset's shard is given where it has none:
+``<shard>/<row>`` (its path under the dataset's folder without the suffix, and the row), stable
+for the same files."""
+
+
 def read_shard(shard: InputShard, columns: list[str] | None = None) -> pa.Table:
     """One input shard as an Arrow table (``columns``: only those). A shard that cannot be read
     is an error naming its file, never a table of what could be read: :class:`NotParquetError`
@@ -135,6 +141,9 @@ def read_shard(shard: InputShard, columns: list[str] | None = None) -> pa.Table:
         table = read_tar(shard.path)
     elif shard.kind == "arrow":
         table = _read_arrow(shard.path)
+        if ARROW_ID not in table.column_names:  # datasets rarely carry one: the row's place
+            table = table.add_column(0, ARROW_ID, pa.array(
+                [f"{shard.stem}/{row}" for row in range(table.num_rows)], pa.string()))
     elif shard.kind == "clip-retrieval":
         table = _read_retrieval(shard.path)
     else:

@@ -33,6 +33,8 @@ def run_score(input, output, method: str, params: dict | None, groups: dict,
     from ncclean.provenance import command_line, started
 
     columns, run = groups["columns"], groups["run"]
+    if output is None:
+        _check_one_file(input)
     check_write(input, columns, run.write)  # a scores-only output needs an id, asked first
     scale = resolve_scale(input, default_output(input) if output is None else output, columns,
                           scale)
@@ -43,3 +45,23 @@ def run_score(input, output, method: str, params: dict | None, groups: dict,
                            resolve_device(run.device), given, started(),
                            tuple(command_line() if argv is None else argv))
     return score_pipeline(request, progress)
+
+
+def _check_one_file(input) -> None:
+    """Without ``-o`` the output is one Parquet file beside the input: :class:`BadOptionError`
+    for a corpus whose shards are not Parquet files (webdataset tars, a saved Hugging Face
+    dataset, a clip-retrieval folder), which is written shard by shard to a folder."""
+    from pathlib import Path
+
+    from ncclean.data.shards import list_shards
+    from ncclean.errors import BadOptionError
+
+    if not Path(input).exists():
+        return  # said by the reader, as for any input
+    kinds = {shard.kind for shard in list_shards(input)} - {"parquet"}
+    if kinds:
+        named = {"webdataset": "webdataset tars", "arrow": "a saved Hugging Face dataset",
+                 "clip-retrieval": "a clip-retrieval folder"}
+        raise BadOptionError(f"{input} is {' and '.join(named.get(k, k) for k in sorted(kinds))}"
+                             ", read shard by shard: give -o DIR, a folder to write one output "
+                             "shard per input shard")

@@ -109,3 +109,23 @@ def test_a_saved_hugging_face_dataset_scores_shard_by_shard(tmp_path):
     out = pa.concat_tables([pq.read_table(tmp_path / "out" / f"{s.stem}.parquet")
                             for s in shards])
     assert out.column("id").equals(table.column("id"))
+
+
+def test_a_saved_dataset_without_ids_is_keyed_by_shard_and_row(tmp_path, capsys):
+    from tests.cli.test_contract import one_line, run
+    from tests.pipeline.corpora import vector_table
+
+    table = vector_table(200).drop_columns(["id"])
+    saved_hf_dataset(tmp_path / "hf" / "train", table)
+    args = ["--image-emb-col", "img", "--text-emb-col", "txt", "--no-cache", "--method", "clip"]
+    code, _, err = run(capsys, "score", tmp_path / "hf", *args)
+    assert code == 2 and "a saved Hugging Face dataset, read shard by shard: give -o DIR" \
+        in one_line(err)
+    code, _, err = run(capsys, "score", tmp_path / "hf", "-o", tmp_path / "out", *args)
+    assert code == 0, err
+    first = pq.read_table(tmp_path / "out" / "train" / "data-00000-of-00002.parquet")
+    assert first.column("id").to_pylist()[:2] == ["train/data-00000-of-00002/0",
+                                                  "train/data-00000-of-00002/1"]
+    second = pq.read_table(tmp_path / "out" / "train" / "data-00001-of-00002.parquet")
+    assert first.num_rows + second.num_rows == 200
+    assert first.column("txt").equals(table.column("txt").slice(0, first.num_rows))
