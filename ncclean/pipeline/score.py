@@ -164,6 +164,17 @@ def check_write(input: PathLike, columns, write: str) -> None:
                              f"{first.path}; name it with --id-col), or use --write all")
 
 
+STRICT_IMAGE_SIZE = 8
+"""The side ``--strict`` decodes images to, to check them, where the tower decodes them itself."""
+
+
+def reads_images(config) -> bool:
+    """Whether ``config``'s image tower reads the image column (not precomputed vectors)."""
+    from ncclean.models.registry import image_tower
+
+    return image_tower(config).needs != {"column"}
+
+
 def decoded_size(config) -> int | None:
     """The side images are decoded to for ``config``'s image tower, ``None`` when it reads no
     pixels (the tower registry's :func:`ncclean.models.resolve.pixel_size`)."""
@@ -222,6 +233,10 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
     max_pixels = run.max_image_pixels or DEFAULT_MAX_PIXELS
     warnings: list[str] = []
 
+    if run.strict and decoded_size(config) is None and reads_images(config):
+        # the tower decodes the images later: decode them now, so --strict names every bad row
+        read_corpus(input, columns, strict=True, image_size=STRICT_IMAGE_SIZE,
+                    max_image_pixels=max_pixels, progress=progress)
     corpus = read_corpus(input, columns, strict=run.strict, image_size=decoded_size(config),
                          max_image_pixels=max_pixels, cache_dir=cache, progress=progress)
     if corpus.valid.sum() < 2:

@@ -126,6 +126,12 @@ def test_strict_makes_invalid_rows_an_error(capsys, tmp_path):
     code, _, err = run(capsys, "inspect", path, "--strict", "--max-image-pixels", 1_000_000)
     assert code == 2
     assert_one_line_error(err, "3 invalid rows", "--strict")
+    # the pretrained image tower decodes later: score --strict still names the images' rows
+    code, _, err = run(capsys, "score", path, "-o", tmp_path / "s.parquet", "--strict",
+                       "--max-image-pixels", 1_000_000, "--image-encoder", "imagenet",
+                       "--text-encoder", "e5", "--no-cache")
+    assert code == 2
+    assert_one_line_error(err, "3 invalid rows", "undecodable image", "image too large")
 
 
 def test_refuses_to_overwrite_input(capsys, shapes):
