@@ -210,7 +210,10 @@ def read_index(path: str | os.PathLike) -> SavedIndex:
     try:
         loaded = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise IndexFileError(f"cannot read noise index {path}: {error}") from None
+        # numpy takes any file that is not .npy or .npz for a pickle, and says so
+        reason = "not a .npz or .npy file (an index is inject-noise's OUT.noise.npz, or a " \
+            "published .npy)" if "pickle" in str(error) else error
+        raise IndexFileError(f"cannot read noise index {path}: {reason}") from None
     if isinstance(loaded, np.ndarray):
         return SavedIndex(loaded)
     with loaded:

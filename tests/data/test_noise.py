@@ -226,6 +226,9 @@ def test_a_bad_index_file(shapes, tmp_path):
     bad.write_bytes(b"nonsense")
     with pytest.raises(IndexFileError, match="cannot read noise index"):
         api.inject_noise(shapes, tmp_path / "o.parquet", index=bad)
+    (tmp_path / "labels.csv").write_text("id,label\na,match\n")
+    with pytest.raises(IndexFileError, match="labels.csv: not a .npz or .npy file"):
+        api.inject_noise(shapes, tmp_path / "o.parquet", index=tmp_path / "labels.csv")
 
 
 # ------------------------------------------------------------------------------- index files
