@@ -106,13 +106,15 @@ def progress_lines(every: float | None = None, stream=None, clock=None) -> Progr
     """A :data:`Progress` callback for a log: at most one line per ``every`` seconds
     (``NCCLEAN_PROGRESS_EVERY``, 5 by default; a run shorter than that prints none), saying
     the stage, done of total, the rate since the stage began and the time left at that
-    rate."""
+    rate; and a stage that printed a line prints its last, so that a log never ends on a stage
+    half done."""
     import os
     import time
 
     every = float(os.environ.get("NCCLEAN_PROGRESS_EVERY", "5")) if every is None else every
     clock = clock or time.monotonic
     began: dict[str, tuple[float, int]] = {}
+    shown: set[str] = set()  # the stages under way that printed a line
     last = [clock()]
 
     def update(stage: str, done: int, total: int, note: str = "") -> None:
@@ -120,9 +122,10 @@ def progress_lines(every: float | None = None, stream=None, clock=None) -> Progr
         if stage not in began:
             began[stage] = (now, done)
         finished = total and done >= total
-        if now - last[0] < every:
+        if now - last[0] < every and not (finished and stage in shown):
             return
         last[0] = now
+        shown.add(stage)
         start, first = began[stage]
         rate = (done - first) / (now - start) if now > start else 0.0
         line = f"ncclean: {stage}: {done:,}/{total:,}" if total else f"ncclean: {stage}: {done:,}"
@@ -137,6 +140,7 @@ def progress_lines(every: float | None = None, stream=None, clock=None) -> Progr
         print(line, file=stream or sys.stderr, flush=True)
         if finished:
             began.pop(stage, None)
+            shown.discard(stage)
 
     return update
 

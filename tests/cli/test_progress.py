@@ -21,6 +21,18 @@ def test_a_line_every_interval_with_rate_and_time_left():
                      "ncclean: embedding: 1,000/1,000 (100%), 100.0/s"]
 
 
+def test_a_stage_that_printed_a_line_prints_its_end():
+    now = [0.0]
+    out = io.StringIO()
+    update = progress_lines(every=5, stream=out, clock=lambda: now[0])
+    update("apply", 0, 3)
+    now[0] = 6.0
+    update("apply", 1, 3)
+    now[0] = 7.0
+    update("apply", 3, 3)  # within the interval, but the stage's last
+    assert out.getvalue().splitlines()[-1].startswith("ncclean: apply: 3/3 (100%)")
+
+
 def test_a_short_run_prints_nothing():
     out = io.StringIO()
     update = progress_lines(every=5, stream=out, clock=lambda: 1.0)
