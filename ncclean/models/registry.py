@@ -414,6 +414,11 @@ def reads_columns(config: MatcherConfig) -> bool:
     return all(tower.needs == {"column"} for tower in towers(config))
 
 
+def decodes_images(config: MatcherConfig) -> bool:
+    """Whether ``config``'s image tower reads the image column (not a vector column)."""
+    return image_tower(config).needs != {"column"}
+
+
 def pretrained_installed() -> bool:
     """Whether the default towers are the pretrained ones (their packages import)."""
     return default_towers() == DEFAULT_TOWERS["pretrained"]

@@ -168,13 +168,6 @@ STRICT_IMAGE_SIZE = 8
 """The side ``--strict`` decodes images to, to check them, where the tower decodes them itself."""
 
 
-def reads_images(config) -> bool:
-    """Whether ``config``'s image tower reads the image column (not precomputed vectors)."""
-    from ncclean.models.registry import image_tower
-
-    return image_tower(config).needs != {"column"}
-
-
 def decoded_size(config) -> int | None:
     """The side images are decoded to for ``config``'s image tower, ``None`` when it reads no
     pixels (the tower registry's :func:`ncclean.models.resolve.pixel_size`)."""
@@ -206,6 +199,7 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
     from ncclean.methods.base import Context, make_method
     from ncclean.methods.choose import auto_method, small_corpus_advice
     from ncclean.models.features import build_features, complete_config
+    from ncclean.models.registry import decodes_images
     from ncclean.models.resolve import matcher_config
     from ncclean.stages.partition import caption_counts, partition
     from ncclean.stages.run import run_stages
@@ -233,7 +227,7 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
     max_pixels = run.max_image_pixels or DEFAULT_MAX_PIXELS
     warnings: list[str] = []
 
-    if run.strict and decoded_size(config) is None and reads_images(config):
+    if run.strict and decoded_size(config) is None and decodes_images(config):
         # the tower decodes the images later: decode them now, so --strict names every bad row
         read_corpus(input, columns, strict=True, image_size=STRICT_IMAGE_SIZE,
                     max_image_pixels=max_pixels, progress=progress)
