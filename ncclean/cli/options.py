@@ -78,6 +78,22 @@ def given(ctx, names: tuple[str, ...]) -> frozenset[str]:
     return frozenset(n for n in names if source(n) in ("COMMANDLINE", "ENVIRONMENT"))
 
 
+def folder_asked(argv: tuple[str, ...]) -> bool:
+    """Whether the command line's ``-o``/``--output`` ends in a path separator (``-o scored/``):
+    a folder is asked for, which the value as a :class:`~pathlib.Path` no longer says."""
+    import os
+
+    value = None
+    for k, token in enumerate(argv):
+        if token in ("-o", "--output") and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif token.startswith("--output="):
+            value = token.removeprefix("--output=")
+        elif token.startswith("-o") and not token.startswith("--") and len(token) > 2:
+            value = token[2:].removeprefix("=")
+    return value is not None and value.endswith(("/", os.sep))
+
+
 def scored_input(given, command: str, quiet: bool = False):
     """``given``, or else the last file ``score`` wrote from this folder, saying so on stdout
     (on stderr when ``quiet``: the command prints JSON)."""

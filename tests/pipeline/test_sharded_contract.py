@@ -262,6 +262,26 @@ def test_a_file_scored_into_its_own_folder_never_replaces_itself(tmp_path, capsy
     assert not (tmp_path / "ncclean.json").exists()
 
 
+def test_an_output_ending_in_a_slash_is_a_folder(tmp_path, capsys):
+    pq.write_table(vector_table(200), tmp_path / "in.parquet")
+    code, _, err = run(capsys, "score", tmp_path / "in.parquet", "-o", f"{tmp_path / 'new'}/",
+                       *CLIP)
+    assert code == 0, err
+    assert (tmp_path / "new" / "in.parquet").is_file()
+    code, _, err = run(capsys, "score", tmp_path / "in.parquet", f"-o{tmp_path / 'bad'}/",
+                       "--method", "nope", *VECTORS)
+    assert code == 2 and not (tmp_path / "bad").exists()  # a failed run leaves no folder
+
+
+def test_folder_asked_reads_every_spelling_of_the_output():
+    from ncclean.cli.options import folder_asked
+
+    for argv in (("-o", "d/"), ("--output", "d/"), ("--output=d/",), ("-od/",), ("-o=d/",)):
+        assert folder_asked(("score", "in.parquet", *argv)), argv
+    assert not folder_asked(("score", "in.parquet", "-o", "d.parquet"))
+    assert not folder_asked(("score", "in/",))
+
+
 def test_an_output_folder_keeps_files_a_scoring_run_did_not_write(tmp_path, capsys):
     pq.write_table(vector_table(200), tmp_path / "noisy.parquet")
     (tmp_path / "split").mkdir()
