@@ -156,7 +156,8 @@ def score(
     """Score every pair of ``input`` with ``method`` (its parameters ``params``, see ``ncclean
     methods``) and write the output contract to ``output`` (plus ``<output>.json``); ``None``:
     ``<input stem>.scored.parquet`` beside the input, never over a file ``score`` did not write
-    (:func:`ncclean.pipeline.score.default_output`).
+    (:func:`ncclean.pipeline.score.default_output`); a string ending in ``/``: a folder, one
+    output shard per input shard.
 
     The options come in four groups (:mod:`ncclean.options`): ``matcher``
     (:class:`MatcherOptions`: encoders, sizes, CLIP weights, a loaded matcher), ``cut``

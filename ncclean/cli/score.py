@@ -252,10 +252,8 @@ def score(
     scale = ScaleOptions(fit_sample=int(fit_sample) if fit_sample.strip().isdigit() else fit_sample,
                          save_fit=save_fit, fit=fit, engine=engine,
                          ray_address=ray_address)
-    if output is not None and not output.exists() and options.folder_asked(state.argv):
-        from ncclean.data.atomic import make_folder
-
-        make_folder(output)  # -o DIR/: written as a folder (removed again if the run fails)
+    if output is not None and options.folder_asked(state.argv):
+        output = f"{output}/"  # -o DIR/, which the Path dropped: a folder (api.score)
     early = api.resume_warning(input, output, run, scale)
     if early:
         warning_line(early)

@@ -4,6 +4,9 @@ its form or the output's (:mod:`ncclean.pipeline.route`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from ncclean.options import ScaleOptions
 from ncclean.pipeline.route import resolve_scale, wants_shards
 
@@ -35,6 +38,10 @@ def run_score(input, output, method: str, params: dict | None, groups: dict,
     columns, run = groups["columns"], groups["run"]
     if output is None:
         _check_one_file(input)
+    elif str(output).endswith(("/", os.sep)) and not Path(output).exists():
+        from ncclean.data.atomic import make_folder
+
+        make_folder(output)  # a folder asked for: removed again if the run fails
     check_write(input, columns, run.write)  # a scores-only output needs an id, asked first
     scale = resolve_scale(input, default_output(input) if output is None else output, columns,
                           scale)
@@ -51,8 +58,6 @@ def _check_one_file(input) -> None:
     """Without ``-o`` the output is one Parquet file beside the input: :class:`BadOptionError`
     for a corpus whose shards are not Parquet files (webdataset tars, a saved Hugging Face
     dataset, a clip-retrieval folder), which is written shard by shard to a folder."""
-    from pathlib import Path
-
     from ncclean.data.shards import list_shards
     from ncclean.errors import BadOptionError
 
