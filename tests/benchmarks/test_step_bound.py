@@ -13,7 +13,8 @@ def test_a_step_splits_into_its_products_and_its_dispatch():
     assert [r["phase"] for r in rows] == ["after the freeze"]
     row = rows[0]
     assert row["gflop"] > 0.5  # two 512-wide heads on 128 pairs, forward and backward
-    assert 0 < row["products_ms"] < row["step_ms"]
-    assert 0 < row["narrow_ms"] < row["step_ms"]
+    # each timed apart: on a loaded machine a part can take longer than the whole did, so
+    # the test holds the figures' presence, the benchmark their ratio
+    assert row["products_ms"] > 0 and row["narrow_ms"] > 0 and row["step_ms"] > 0
     assert row["allowed_ms"] == pytest.approx(1000 * row["gflop"] / 200.0)
     assert "| crcl | after the freeze |" in render(rows, 0.5)
