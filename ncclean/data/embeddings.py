@@ -58,9 +58,11 @@ class EmbeddingColumn:
         self.out[first_row + np.flatnonzero(~null)] = values.reshape(-1, d)
         self.null[first_row:first_row + len(array)] = null
 
-    def finish(self, corpus: Corpus, which: str) -> np.ndarray:
+    def finish(self, corpus: Corpus, which: str, content: list | None = None) -> np.ndarray:
         """The ``(n, d)`` array; rows with a null, a wrong length, NaN or infinity are zero and
-        marked invalid, and so are all-zero and one-value rows (:func:`check_vectors`)."""
+        marked invalid, and so are all-zero and one-value rows (:func:`check_vectors`).
+        ``content``: what each row's vector encodes (its caption, its image's key), where
+        known."""
         out = self.out if self.fixed else self._from_lists(corpus, which)
         corpus.mark(self.null, f"missing {which} embedding")
         finite = np.ones(len(out), dtype=bool)
@@ -68,7 +70,8 @@ class EmbeddingColumn:
             finite[start:start + CHUNK] = _finite_rows(out[start:start + CHUNK])
         corpus.mark(~finite, f"{which} embedding holds NaN or infinity")
         out[~finite] = 0
-        check_vectors(corpus, out, ~self.null & ~self.wrong_length & finite, which, self.name)
+        check_vectors(corpus, out, ~self.null & ~self.wrong_length & finite, which, self.name,
+                      content)
         return out
 
     def _from_lists(self, corpus: Corpus, which: str) -> np.ndarray:
@@ -92,9 +95,11 @@ class EmbeddingColumn:
 
 
 def check_vectors(corpus: Corpus, vectors: np.ndarray, usable: np.ndarray, which: str,
-                  name: str) -> None:
+                  name: str, content: list | None = None) -> None:
     """Mark rows of ``vectors`` (``(n, d)``) that are all zeros or hold one value in every
-    dimension; raise :class:`SchemaError` when all ``usable`` rows (at least two) are one vector.
+    dimension; raise :class:`SchemaError` when all ``usable`` rows (at least two) are one vector,
+    unless their ``content`` (each row's caption or image key, where known) is one too: a shard
+    of one collection's label is one caption, not a failed job.
     ``usable``: ``(n,) bool``, the rows not already marked for this column."""
     n, d = vectors.shape
     rows = np.flatnonzero(usable)
@@ -110,11 +115,13 @@ def check_vectors(corpus: Corpus, vectors: np.ndarray, usable: np.ndarray, which
         if d > 1:
             flat[start:start + len(block)] = (block == block[:, :1]).all(axis=1)
         same[start:start + len(block)] = (block == reference).all(axis=1)
-    if len(rows) >= 2 and same[rows].all():
+    one_content = content is not None and len({content[row] for row in rows}) == 1
+    if len(rows) >= 2 and same[rows].all() and (zero[rows[0]] or not one_content):
         what = "all zeros" if zero[rows[0]] else "one vector"
         raise SchemaError(
-            f"embedding column {name!r} holds {what} in all {len(rows):,} usable rows, so every "
-            "pair would look alike; check the job that computed it"
+            f"{corpus.source.path}: embedding column {name!r} holds {what} in all "
+            f"{len(rows):,} usable rows, so every pair would look alike; check the job that "
+            "computed it"
         )
     corpus.mark(usable & zero, f"{which} embedding is all zeros")
     corpus.mark(usable & flat & ~zero, f"{which} embedding has one value in every dimension")

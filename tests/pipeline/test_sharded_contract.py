@@ -253,6 +253,27 @@ def test_a_folder_run_measures_detection_as_a_run_on_one_file(tmp_path, capsys):
     assert found == expected.as_dict() and found["n_noisy"] > 0
 
 
+def test_a_shard_of_one_caption_is_applied_like_any_other(tmp_path, capsys):
+    table = vector_table(600, seed=5)
+    one = table.column("txt")[450].as_py()  # the last shard: one collection's label
+    captions = table.column("caption").to_pylist()[:450] + ["gramastar"] * 150
+    texts = table.column("txt").to_pylist()[:450] + [one] * 150
+    table = table.set_column(1, "caption", pa.array(captions)).set_column(
+        table.schema.get_field_index("txt"), "txt", pa.array(texts, table.schema.field("txt").type))
+    write_shards(table, tmp_path / "in", 4)
+    code, _, err = run(capsys, "score", tmp_path / "in", "-o", tmp_path / "out",
+                       "--fit-sample", "300", *CLIP)
+    assert code == 0, err
+    assert outputs(tmp_path / "out").column("id").to_pylist() == table.column("id").to_pylist()
+    texts[450:] = [[0.5] * len(one)] * 150  # one vector for other captions: a failed job
+    table = table.set_column(1, "caption", pa.array([f"c{k}" for k in range(600)])).set_column(
+        table.schema.get_field_index("txt"), "txt", pa.array(texts, table.schema.field("txt").type))
+    write_shards(table, tmp_path / "in2", 4)
+    code, _, err = run(capsys, "score", tmp_path / "in2", "-o", tmp_path / "out2",
+                       "--fit-sample", "300", *CLIP)
+    assert code == 2 and "holds one vector in all 150 usable rows" in one_line(err)
+
+
 def test_a_file_scored_into_its_own_folder_never_replaces_itself(tmp_path, capsys):
     pq.write_table(vector_table(200), tmp_path / "in.parquet")
     before = (tmp_path / "in.parquet").read_bytes()
