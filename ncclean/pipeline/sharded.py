@@ -169,6 +169,9 @@ def score_pipeline(request: ScoreRequest, progress: Progress = no_progress):
         if fit is not None:
             fit_dir = Path(scale.fit)
             warnings = [f"the saved fit {scale.fit}: {w}" for w in fit.meta.get("warnings", [])]
+            warnings.append(f"the estimated noise rate is the saved fit's, read on its own "
+                            f"sample ({fit.meta['sample']['n_pairs']:,} pairs), not on "
+                            f"{input}; this corpus's partitions are its own")
         else:
             fitting = request.but(method=method, columns=columns)
             copies = None if plan.in_place else _copies([shards[k] for k in kept], columns,
@@ -311,6 +314,7 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
         **request.provenance([], input, fingerprint),
         "estimated_noise_rate": fit.meta["noise_rate"],
         "estimated_noise_ci95": fit.meta.get("noise_interval"), "cut": fit.meta["cut"],
+        "noise_estimated_on": "the saved fit's sample" if scale.fit else "this run's fit",
         "n_rows": n_rows, "partition_counts": counts, "warnings": list(warnings or []),
         "detection_vs_noisy_gt": (detection := _detection([r["output"] for r in reports])),
         "shards": [{k: v for k, v in r.items() if k != "partition_counts"} for r in reports],

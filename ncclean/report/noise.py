@@ -55,7 +55,10 @@ def noise_estimate(scored: Scored, seed: int = 0) -> NoiseEstimate:
         return NoiseEstimate(rate=float(side["estimated_noise_rate"]),
                              ci95=None if interval is None else (float(interval[0]),
                                                                  float(interval[1])),
-                             source=f"{side.get('method', 'the method')}'s estimate")
+                             source=f"{side.get('method', 'the method')}'s estimate"
+                             + (" on the saved fit's sample, not this corpus"
+                                if side.get("noise_estimated_on") == "the saved fit's sample"
+                                else ""))
     expected = 1.0 - scored.clean_prob[scored.valid].astype(np.float64)
     return NoiseEstimate(rate=float(expected.mean()) if len(expected) else float("nan"),
                          ci95=bootstrap_interval(expected, seed=seed),

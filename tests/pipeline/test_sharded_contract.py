@@ -115,8 +115,14 @@ def test_a_saved_fit_scores_another_corpus_by_its_vectors_not_its_ids(tmp_path, 
     assert code == 0, err
     other = vector_table(300, noise=0.3, seed=9)  # the same ids p0..p299, other pairs
     pq.write_table(other, tmp_path / "other.parquet")
-    assert run(capsys, "score", tmp_path / "other.parquet", "-o", tmp_path / "o.parquet",
-               *VECTORS, "--fit", tmp_path / "fit")[0] == 0
+    code, out, err = run(capsys, "score", tmp_path / "other.parquet", "-o",
+                         tmp_path / "o.parquet", *VECTORS, "--fit", tmp_path / "fit")
+    assert code == 0, err
+    assert "the estimated noise rate is the saved fit's, read on its own sample" in out
+    code, out, err = run(capsys, "split", tmp_path / "o.parquet", "-o", tmp_path / "sp",
+                         "--report")
+    assert code == 0, err
+    assert "on the saved fit's sample, not this corpus" in out
     from sklearn.metrics import roc_auc_score
 
     scored = pq.read_table(tmp_path / "o.parquet")
