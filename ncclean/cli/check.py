@@ -40,7 +40,7 @@ def check(
     most 0.5."""
     from ncclean import api
     from ncclean.cli.options import scored_input
-    from ncclean.cli.render import print_json
+    from ncclean.cli.render import print_json, warning_line
 
     input = scored_input(input, "check", quiet=json_)
     result = api.check(input, max_noisy=max_noisy, max_vague=max_vague, max_invalid=max_invalid,
@@ -49,5 +49,7 @@ def check(
     if json_:
         print_json(result.as_dict())
     else:
+        for warning in result.warnings:
+            warning_line(warning)
         typer.echo(result.verdict)
     return 0 if result.passed else 1

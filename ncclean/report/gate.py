@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ncclean.data.results import INVALID, NOISY, VAGUE
@@ -30,6 +30,7 @@ class CheckResult(Summary):
     partition_counts: dict[str, int]
     limits: dict[str, float | None]
     previous: dict[str, float] | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def shares(counts: dict[str, int]) -> dict[str, float]:
@@ -66,6 +67,41 @@ def previous_shares(against: str | os.PathLike) -> dict[str, float]:
         raise NcCleanError(f"--against {against}: not a run summary with partition_counts "
                            "(use a scored file's .json sidecar, split's summary.json or "
                            "check --json output)") from None
+
+
+#: What a run chose that moves its partitions: compared against ``--against``'s run.
+CUT_CHOICES = ("preset", "clean_above", "noisy_below", "noise_rate", "rare_clean_above",
+               "rare_count", "noisy_recall", "review_recall", "queue_by_estimate")
+
+
+def unlike_runs(scored_record: dict, against: str | os.PathLike) -> list[str]:
+    """What the scored file's run chose otherwise than the ``against`` run (its method and the
+    choices of its cut, :data:`CUT_CHOICES`), where the earlier summary records them: each a
+    reason the two noisy shares need not agree."""
+    try:
+        earlier = json.loads(Path(against).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(earlier, dict):
+        return []
+    differ = []
+    method, before = scored_record.get("method"), earlier.get("method")
+    if method and before and method != before:
+        differ.append(f"method {before} -> {method}")
+    cut, was = scored_record.get("cut") or {}, earlier.get("cut")
+    if isinstance(was, dict) and isinstance(cut, dict):
+        changed = [key for key in CUT_CHOICES if key in was and key in cut and was[key] != cut[key]]
+        if "preset" in changed:  # a preset sets the rest
+            changed = ["preset"]
+        differ += [f"{key} {_value(was[key])} -> {_value(cut[key])}" for key in changed]
+    if not differ:
+        return []
+    return [f"--against {against} was scored otherwise ({'; '.join(differ)}): its noisy share "
+            "is another cut's, so the change is not the corpus's alone"]
+
+
+def _value(value) -> str:
+    return "none" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def judge(input: str | os.PathLike, counts: dict[str, int], limits: dict[str, float | None],
@@ -128,4 +164,7 @@ def check_scored(input: str | os.PathLike, limits: dict[str, float | None],
         if not found["labelled"]:
             raise BadOptionError(f"--labels {labels}: no labelled pair is clean_significant")
         audited = (found["precision"], found["ci"], min_precision)
-    return judge(input, scored.counts(), limits, previous, max_increase, audited)
+    result = judge(input, scored.counts(), limits, previous, max_increase, audited)
+    if against is not None:
+        result = replace(result, warnings=unlike_runs(scored.sidecar, against))
+    return result

@@ -139,6 +139,15 @@ def test_check_against_a_previous_run(scored, tmp_path, capsys):
     assert not result.passed and "before" in result.verdict
     assert main(["check", str(scored), "--against", str(tmp_path / "better.json"), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["passed"] is False
+    assert result.warnings == []  # nothing recorded to compare: no warning
+    before["cut"] = dict(before["cut"], clean_above=0.95)
+    (tmp_path / "other-cut.json").write_text(json.dumps(before))
+    result = api.check(scored, against=tmp_path / "other-cut.json")
+    assert result.passed and len(result.warnings) == 1
+    assert "was scored otherwise (clean_above 0.95 -> " in result.warnings[0]
+    assert main(["check", str(scored), "--against", str(tmp_path / "other-cut.json")]) == 0
+    assert "ncclean: warning: --against" in capsys.readouterr().err
+    assert api.check(scored, against=sidecar).warnings == []
     (tmp_path / "junk.json").write_text("[1, 2]")
     with pytest.raises(NcCleanError, match="partition_counts"):
         api.check(scored, against=tmp_path / "junk.json")
