@@ -66,12 +66,16 @@ def test_ci_workflow_gate_runs_as_written(python_api_run, capsys):
     commands = [step["run"] for step in steps if "run" in step]
     assert any(c.startswith("ncclean score") for c in commands)
     gate = next(c for c in commands if "ncclean check" in c)
-    # The gate step exactly as written, with this test's files in place of the repository's.
-    line = gate.replace("\\\n", " ").splitlines()[0]
-    line = line.replace("data/accepted-summary.json", str(out / "split" / "summary.json"))
+    # The gate step as written, with this test's files in place of the repository's: with an
+    # accepted summary, and on the first run, without one.
+    lines = gate.replace("\\\n", " ").splitlines()
+    assert any('against="--against data/accepted-summary.json"' in line for line in lines)
+    line = next(line for line in lines if "ncclean check" in line)
     line = line.replace("scored.parquet", str(out / "scored.parquet"))
-    argv = shlex.split(line.split(">")[0])
-    assert argv[:2] == ["ncclean", "check"]
-    code = cli(argv[1:])
-    verdict = json.loads(capsys.readouterr().out)
-    assert code == (0 if verdict["passed"] else 1)
+    for against in (f"--against {out / 'split' / 'summary.json'}", ""):
+        argv = shlex.split(line.replace("$against", against).split(">")[0])
+        assert argv[:2] == ["ncclean", "check"]
+        code = cli(argv[1:])
+        verdict = json.loads(capsys.readouterr().out)
+        assert code == (0 if verdict["passed"] else 1)
+        assert (verdict["previous"] is None) == (against == "")
