@@ -10,6 +10,12 @@ import typer
 from ncclean.cli import options
 
 
+AUTO = "auto"
+AUTO_SUMMARY = ("score's default: clip on pretrained towers (the default towers, or two vector "
+                "columns), gmm on towers trained from scratch; 'ncclean methods clip' for its "
+                "parameters")
+
+
 def methods(
     name: Annotated[str | None, typer.Argument(help="Show this method's parameters.",
                                                show_default=False)] = None,
@@ -23,12 +29,19 @@ def methods(
     from ncclean import api
     from ncclean.cli.render import console, print_json
 
+    if name == AUTO:
+        if json_:
+            print_json({"name": AUTO, "summary": AUTO_SUMMARY})
+        else:
+            console().print(f"[bold]{AUTO}[/bold]: {escape(AUTO_SUMMARY)}")
+        return
     described = api.methods(name)
     if json_:
         print_json(described)
         return
     out = console()
     if name is None:
+        out.print(f"  {AUTO:<8} {escape(AUTO_SUMMARY)}")
         for method in described:
             if method["error"]:
                 out.print(f"  {method['name']:<8} [red]{escape(method['error'])}[/red]")

@@ -180,6 +180,10 @@ def test_methods_lists_parameters_and_what_decides_an_unset_default(capsys):
     assert "score = label    allowed: label | mean-rank" in out
     code, out, _ = run(capsys, "methods", "gmm")
     assert code == 0 and "warmup_epochs = auto (clip(round(320 / steps per epoch), 1, 10)" in out
+    code, out, _ = run(capsys, "methods", "auto")  # score's default names no method of its own
+    assert code == 0 and out.startswith("auto: score's default: clip on pretrained towers")
+    code, out, _ = run(capsys, "methods")
+    assert code == 0 and out.lstrip().startswith("auto ")
 
 
 def test_clip_on_two_widths_without_alignment_is_one_line(capsys, tmp_path):
