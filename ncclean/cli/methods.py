@@ -9,7 +9,6 @@ import typer
 
 from ncclean.cli import options
 
-
 AUTO = "auto"
 AUTO_SUMMARY = ("score's default: clip on pretrained towers (the default towers, or two vector "
                 "columns), gmm on towers trained from scratch; 'ncclean methods clip' for its "
