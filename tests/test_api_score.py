@@ -207,9 +207,10 @@ def test_cli_score_json_and_errors(noisy, tmp_path, capsys):
     assert printed["n_rows"] == 90 and printed["method"] == "gmm"
     record = json.loads((tmp_path / "cli.parquet.json").read_text())
     shared = set(printed) & set(record)  # --json names each fact the record holds as it does
-    assert {"n_rows", "estimated_noise_rate", "detection_vs_noisy_gt", "seconds"} <= shared
+    assert {"n_rows", "estimated_noise_rate", "estimated_noise_ci95", "detection_vs_noisy_gt",
+            "seconds"} <= shared
     assert {key: printed[key] for key in shared} == {key: record[key] for key in shared}
-    assert {"n_pairs", "noise_rate", "detection"}.isdisjoint(printed)
+    assert {"n_pairs", "noise_rate", "noise_interval", "detection"}.isdisjoint(printed)
     assert main(["score", str(noisy), "-o", str(tmp_path / "y.parquet"), "--method", "nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown method 'nope'; valid methods: " in err and "gmm" in err

@@ -183,6 +183,9 @@ def render_score(out, summary) -> None:
                   f"{counts[NOISY]:,} noisy pairs")
     for warning in summary.warnings:  # text of the run's own: a [bracket] in it is not markup
         out.print(f"  [yellow]warning:[/] {escape(warning)}")
+    if summary.resumed and summary.resumed[0]:
+        kept, shards = summary.resumed
+        out.print(f"  resumed: {kept:,} of {shards:,} output shards were complete and kept")
     out.print(f"  read {escape(str(summary.input))}, wrote {escape(str(summary.output))} "
               "(+ .json)")
 

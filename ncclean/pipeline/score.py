@@ -38,6 +38,7 @@ class ScoreSummary(Summary):
     detection: dict[str, float] | None = None
     n_pseudo_captions: int = 0
     warnings: list[str] = field(default_factory=list)
+    resumed: tuple[int, int] | None = None  # a folder run: its shards found complete, of all
     _rows: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -50,7 +51,7 @@ class ScoreSummary(Summary):
         return self._rows
 
     RECORD_KEYS = {"n_pairs": "n_rows", "noise_rate": "estimated_noise_rate",
-                   "detection": "detection_vs_noisy_gt"}
+                   "noise_interval": "estimated_noise_ci95", "detection": "detection_vs_noisy_gt"}
     """The run record's names of the facts a field holds under another name."""
 
     def as_dict(self) -> dict:

@@ -326,7 +326,9 @@ def _finish(request: ScoreRequest, out: Path, to_folder: bool, fit, reports: lis
         n_invalid=counts["invalid"], partition_counts=counts, noise_rate=fit.meta["noise_rate"],
         noise_interval=fit.meta.get("noise_interval"), seconds=seconds,
         n_pseudo_captions=sum(r["n_pseudo_captions"] for r in reports),
-        warnings=list(warnings or []), detection=detection)
+        warnings=list(warnings or []), detection=detection,
+        resumed=(sum(bool(r.get("skipped")) for r in reports), len(reports)) if to_folder
+        else None)
 
 
 DETECTION_MAX_PAIRS = 20_000_000

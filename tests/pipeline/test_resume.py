@@ -54,6 +54,7 @@ def test_killed_run_resumes_with_only_the_rest(tmp_path):
     result = subprocess.run(cli(tmp_path / "in", tmp_path / "killed", tmp_path / "fit"),
                             env=env, capture_output=True, text=True, check=True)
     assert json.loads(result.stdout)["n_rows"] == 1200
+    assert json.loads(result.stdout)["resumed"] == [len(before), 24]
     after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "killed").glob("*.parquet")}
     assert all(after[name] == stamp for name, stamp in before.items())  # not rewritten
     shards = json.loads((tmp_path / "killed" / "ncclean.json").read_text())["shards"]
