@@ -53,9 +53,10 @@ def inspect(
     if s.vector_columns:
         out.print(f"  vector columns: {', '.join(s.vector_columns)} "
                   "(--image-emb-col / --text-emb-col)")
-    if s.cjk_captions:
-        share = pct(s.cjk_captions, s.n_pairs)
-        out.print(f"  {s.cjk_captions:,} captions hold Chinese text ({share})")
+    if set(s.writing_systems) - {"latin"}:
+        found = ", ".join(f"{name} {n:,} ({pct(n, s.n_pairs)})"
+                          for name, n in s.writing_systems.items())
+        out.print(f"  captions by writing system: {found}")
     for text, count in s.top_captions:
         out.print(f"  repeated {count:,}x: {text[:70]!r}")
     if not s.images_decoded and s.columns.get("image"):

@@ -196,12 +196,13 @@ class CorpusSummary(Summary):
     invalid: dict[str, int]
     invalid_examples: list[tuple[int, str, str]]
     top_captions: list[tuple[str, int]]
-    cjk_captions: int
+    cjk_captions: int  # with Chinese characters or kana
     n_invalid: int
     images_decoded: bool
     n_shards: int = 1
     shard_kind: str = "parquet"
     vector_columns: list[str] = field(default_factory=list)
+    writing_systems: dict[str, int] = field(default_factory=dict)
 
 
 def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: bool = False,
@@ -215,6 +216,7 @@ def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: boo
     tars, a Hugging Face dataset saved to disk."""
     from ncclean.data.corpus import read_corpus
     from ncclean.data.images import DEFAULT_MAX_PIXELS
+    from ncclean.data.scripts import NAMES, writing_systems
     from ncclean.data.text import _CJK
 
     with _as_parquet(input) as (path, shards):
@@ -226,7 +228,8 @@ def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: boo
     counts = Counter(corpus.captions)
     examples = [(row, str(corpus.ids[row].as_py()), reason)
                 for row, reason in enumerate(corpus.reasons) if reason is not None][:5]
-    cjk = re.compile(f"[{_CJK}]")
+    cjk = re.compile(f"[{_CJK}\u3040-\u30ff]")  # ideographs, hiragana and katakana
+    systems = Counter(NAMES[code] for code in writing_systems(corpus.captions))
     return CorpusSummary(
         input=Path(input),
         n_pairs=corpus.n_pairs,
@@ -242,6 +245,7 @@ def inspect_corpus(input: PathLike, columns: Columns = Columns(), *, strict: boo
         n_shards=len(shards),
         shard_kind=shards[0].kind,
         vector_columns=[f.name for f in schema if _is_vector(f.type)],
+        writing_systems=dict(systems.most_common()),
     )
 
 

@@ -1,6 +1,7 @@
 """The command line: exit codes, one-line errors, JSON equal to the library's result."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -60,7 +61,12 @@ def test_synth_inject_inspect_round_trip(capsys, tmp_path):
     assert "image side image, image_id (moved together)" in out
     code, out, _ = run(capsys, "inspect", noisy)
     assert code == 0 and "100 pairs, 20 images" in out and "no invalid rows" in out
-    assert "hold Chinese text" in out
+    assert re.search(r"captions by writing system: (latin|cjk) \d+ \(\d+", out) and "cjk" in out
+    japanese = write_parquet(tmp_path / "ja.parquet", {  # kana alone, and with kanji
+        "caption": ["ねこ", "いぬとねこ", "猫です", "a cat"], "image": [png_bytes()] * 4})
+    code, out, _ = run(capsys, "inspect", japanese, "--json")
+    found = json.loads(out)
+    assert found["cjk_captions"] == 3 and found["writing_systems"] == {"cjk": 3, "latin": 1}
 
 
 def test_json_output_equals_the_library_result(capsys, shapes, tmp_path):
