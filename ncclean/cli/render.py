@@ -215,8 +215,12 @@ def render_split(summary, report: bool) -> None:
         if summary.most_noisy:
             out.print(f"  the {len(summary.most_noisy)} most confidently noisy pairs:")
             for item in summary.most_noisy:
-                caption = escape(str(item.get("caption", ""))[:70])
-                line = f"    row {item['row']} ({item.get('clean_prob') or 0:.3f}) {caption!r}"
+                # a scores-only file holds the id and no caption: the id is what joins back
+                where = f"id {escape(str(item['id']))!r}" if item.get("id") is not None \
+                    else f"row {item['row']}"
+                line = f"    {where} ({item.get('clean_prob') or 0:.3f})"
+                if item.get("caption") is not None:
+                    line += f" {escape(str(item['caption'])[:70])!r}"
                 if item.get("pseudo_caption") is not None:
                     line += f" -> {escape(str(item['pseudo_caption'])[:60])!r}"
                 out.print(line)

@@ -88,9 +88,14 @@ def split_scored(input: PathLike, out_dir: PathLike | None, *, html: PathLike | 
                            f"rows ({written} against {scored.counts()})")
     noisy = scored.rows_in(NOISY)
     noisy = noisy[np.argsort(scored.clean_prob[noisy], kind="stable")[:top]]
-    values = fetch_rows(scored.source, noisy, ["id", caption_col, "pseudo_caption",
-                                                "pseudo_caption_score", "clean_prob"])
+    id_col = ((scored.sidecar.get("options") or {}).get("columns") or {}).get("id") or "id"
+    values = fetch_rows(scored.source, noisy, list(dict.fromkeys(
+        [id_col, caption_col, "pseudo_caption", "pseudo_caption_score", "clean_prob"])))
     most_noisy = [{"row": int(r), **values.get(int(r), {})} for r in noisy]
+    if id_col != "id":  # named as the summary names it
+        for item in most_noisy:
+            if id_col in item:
+                item["id"] = item.pop(id_col)
     html_path = html_size = None
     if html is not None:
         from ncclean.report.html import html_report, write_html
