@@ -92,10 +92,10 @@ def split_scored(input: PathLike, out_dir: PathLike | None, *, html: PathLike | 
     values = fetch_rows(scored.source, noisy, list(dict.fromkeys(
         [id_col, caption_col, "pseudo_caption", "pseudo_caption_score", "clean_prob"])))
     most_noisy = [{"row": int(r), **values.get(int(r), {})} for r in noisy]
-    if id_col != "id":  # named as the summary names it
-        for item in most_noisy:
-            if id_col in item:
-                item["id"] = item.pop(id_col)
+    for item in most_noisy:  # named as the summary names them, whatever the columns' names
+        for column, name in ((id_col, "id"), (caption_col, "caption")):
+            if column != name and column in item:
+                item[name] = item.pop(column)
     html_path = html_size = None
     if html is not None:
         from ncclean.report.html import html_report, write_html

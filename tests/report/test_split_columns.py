@@ -5,6 +5,7 @@ column that is not there is exit 2."""
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -23,9 +24,11 @@ def test_the_report_shows_the_captions_of_the_columns_the_run_named(tmp_path, ca
                        "--caption-col", "text", "--image-col", "jpg", "--method", "clip",
                        "--no-cache")
     assert code == 0, err
-    code, _, err = run(capsys, "split", tmp_path / "s.parquet", "--report", "--html",
-                       tmp_path / "r.html")
+    code, out, err = run(capsys, "split", tmp_path / "s.parquet", "--report", "--html",
+                         tmp_path / "r.html")
     assert code == 0, err
+    listed = [line for line in out.splitlines() if line.startswith("    id '")]
+    assert listed and all(re.search(r"\) '.+'", line) for line in listed)  # with its caption
     page = (tmp_path / "r.html").read_text()
     shown = {c for c in set(table.column("text").to_pylist()) if c and html.escape(c) in page}
     assert len(shown) >= 60
