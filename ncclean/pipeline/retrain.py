@@ -34,8 +34,8 @@ HELD_OUT_WARNING = (
 TINY_TEST = 100
 """Without a test file: fewer held-out pairs than this is a tiny test set, and a warning."""
 TINY_TEST_WARNING = (
-    "the test set is tiny: {n} held-out pairs, so each recall moves in steps of {step:.1f} "
-    "points or more and smaller differences between arms are noise; give --test with more pairs")
+    "the test set is tiny: {n} pairs, so each recall moves in steps of {step:.1f} points or "
+    "more and smaller differences between arms are noise; give --test with more pairs")
 
 
 def held_out(ids: list, text_group: np.ndarray, share: float = HELD_OUT_SHARE) -> np.ndarray:
@@ -219,11 +219,12 @@ def retrain_scored(input: PathLike, test: PathLike | None, *, keep: str | None,
                                                 share=HELD_OUT_SHARE))
         test_features = features.subset(held)
         features = features.subset(~held)
-        if n_held < TINY_TEST:
-            warnings.append(TINY_TEST_WARNING.format(n=n_held, step=100 / n_held))
     else:
         test_features = build_features(test_corpus, matcher_config, cache_dir=cache,
                                        device=device, progress=progress)
+    if test_features.n_pairs < TINY_TEST:
+        warnings.append(TINY_TEST_WARNING.format(n=test_features.n_pairs,
+                                                 step=100 / test_features.n_pairs))
 
     rows = features.rows
     pseudo = None

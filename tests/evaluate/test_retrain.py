@@ -147,6 +147,9 @@ def test_baseline_arms_and_reproducibility(scored):
     assert {k: v["strict"] for k, v in again.arms.items()} == \
         {k: v["strict"] for k, v in first.arms.items()}
     assert first.gap_recovered == again.gap_recovered
+    # a test file of 24 pairs is tiny too
+    assert any(w.startswith("the test set is tiny: 24 pairs, so each recall moves in steps of "
+                            "4.2 points") for w in first.warnings)
 
 
 def test_without_test_the_held_out_split_is_scored_on_its_own_pairs_and_called_tiny(scored):
@@ -155,7 +158,7 @@ def test_without_test_the_held_out_split_is_scored_on_its_own_pairs_and_called_t
     n = summary.n_test
     assert 2 <= n < 100 and summary.arms["cleaned"]["n_pairs"] <= 90 - n
     assert summary.warnings[0].startswith(f"no --test: recall is measured on {n} pairs")
-    assert summary.warnings[1].startswith(f"the test set is tiny: {n} held-out pairs")
+    assert summary.warnings[1].startswith(f"the test set is tiny: {n} pairs")
     for k in (1, 5, 10):  # held-out captions are unique: one query per test pair each way
         for direction in ("i2t", "t2i"):
             value = summary.arms["cleaned"]["strict"][f"{direction}_r{k}"]
