@@ -106,8 +106,9 @@ def progress_lines(every: float | None = None, stream=None, clock=None) -> Progr
     """A :data:`Progress` callback for a log: at most one line per ``every`` seconds
     (``NCCLEAN_PROGRESS_EVERY``, 5 by default; a run shorter than that prints none), saying
     the stage, done of total, the rate since the stage began and the time left at that
-    rate; and a stage that printed a line prints its last, so that a log never ends on a stage
-    half done."""
+    rate; a stage that printed a line prints its last, so that a log never ends on a stage
+    half done, and a stage of unknown length (``total`` 0) that begins after the first
+    ``every`` seconds prints its start at once."""
     import os
     import time
 
@@ -116,19 +117,24 @@ def progress_lines(every: float | None = None, stream=None, clock=None) -> Progr
     began: dict[str, tuple[float, int]] = {}
     shown: set[str] = set()  # the stages under way that printed a line
     last = [clock()]
+    started = last[0]
 
     def update(stage: str, done: int, total: int, note: str = "") -> None:
         now = clock()
         if stage not in began:
             began[stage] = (now, done)
         finished = total and done >= total
-        if now - last[0] < every and not (finished and stage in shown):
+        # past the first interval, a stage of unknown length says it began at once: no later
+        # call may say it
+        opening = not total and stage not in shown and now - started >= every
+        if now - last[0] < every and not (finished and stage in shown) and not opening:
             return
         last[0] = now
         shown.add(stage)
         start, first = began[stage]
         rate = (done - first) / (now - start) if now > start else 0.0
-        line = f"ncclean: {stage}: {done:,}/{total:,}" if total else f"ncclean: {stage}: {done:,}"
+        line = f"ncclean: {stage}: {done:,}/{total:,}" if total else \
+            f"ncclean: {stage}: {done:,}" if done else f"ncclean: {stage} ..."
         if total:
             line += f" ({100 * done / total:.0f}%)"
         if rate > 0:

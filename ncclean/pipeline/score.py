@@ -261,6 +261,7 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
                         f"here are unreliable; {advice}")
 
     fitted = time.perf_counter()
+    progress(f"fitting {method} on {features.n_pairs:,} pairs", 0, 0)
     result = chosen.fit(features, context)
     seconds["method"] = time.perf_counter() - fitted
     clean_prob = np.asarray(result.clean_prob, dtype=np.float64)

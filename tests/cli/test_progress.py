@@ -33,6 +33,19 @@ def test_a_stage_that_printed_a_line_prints_its_end():
     assert out.getvalue().splitlines()[-1].startswith("ncclean: apply: 3/3 (100%)")
 
 
+def test_a_stage_of_unknown_length_says_it_began_at_once():
+    now = [0.0]
+    out = io.StringIO()
+    update = progress_lines(every=5, stream=out, clock=lambda: now[0])
+    update("fitting clip on 30 pairs", 0, 0)  # within the first interval: a short run, silent
+    assert out.getvalue() == ""
+    now[0] = 6.0
+    update("fitting clip on 300 pairs", 0, 0)
+    now[0] = 7.0
+    update("fitting clip on 300 pairs", 0, 0)  # once
+    assert out.getvalue() == "ncclean: fitting clip on 300 pairs ...\n"
+
+
 def test_a_short_run_prints_nothing():
     out = io.StringIO()
     update = progress_lines(every=5, stream=out, clock=lambda: 1.0)
