@@ -162,8 +162,9 @@ def score(
     The options come in four groups (:mod:`ncclean.options`): ``matcher``
     (:class:`MatcherOptions`: encoders, sizes, CLIP weights, a loaded matcher), ``cut``
     (:class:`Cut`: thresholds or a noise rate, ``"auto"`` for the method's estimate; a method
-    that draws its own partitions, ``sdd``, keeps them), ``stages`` (:class:`StageOptions`:
-    significance and pseudo-captions, :mod:`ncclean.stages.run`) and ``run``
+    that draws its own partitions, ``sdd``, refuses a cut set otherwise), ``stages``
+    (:class:`StageOptions`: significance and pseudo-captions, :mod:`ncclean.stages.run`) and
+    ``run``
     (:class:`RunOptions`: seed, device, cache, checkpoints, strictness, and ``write``: ``all``
     input columns or only the id and ncclean's ``scores``). The sidecar records each
     group whole under ``options``, beside what they resolved to (``matcher``, ``cut``,

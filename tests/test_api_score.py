@@ -328,7 +328,8 @@ def test_cli_option_objects_and_loose_keywords_write_the_same_bytes(noisy, tmp_p
     assert main(args) == 0
     api.score(noisy, tmp_path / "objects.parquet", "gmm", FAST,
               matcher=MatcherOptions(clip_model="ViT-B-32", embed_dim=32, image_size=32),
-              cut=replace(DEFAULT_CUT, clean_above=0.6), stages=StageOptions(significance_passes=2),
+              cut=DEFAULT_CUT.with_options(clean_above=0.6),  # as typed: no queue by estimate
+              stages=StageOptions(significance_passes=2),
               run=RunOptions(seed=4, cache_dir=cache))
     api.score(noisy, tmp_path / "loose.parquet", method="gmm", params=FAST, seed=4,
               clip_model="ViT-B-32", embed_dim=32, image_size=32, clean_above=0.6,

@@ -61,12 +61,15 @@ def score(
     = 0,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     clean_above: Annotated[float | None, typer.Option(
-        min=0.0, max=1.0, help="clean_prob at or above this is clean, unless the review band "
-        "reaches higher [default: 0.8].",
+        min=0.0, max=1.0, help="clean_prob at or above this is clean, below it never: the "
+        "review-recall band may raise it, and score says so. Given, it turns "
+        "--queue-by-estimate off unless that is given too [default: 0.8].",
         rich_help_panel="Partition", show_default=False)] = None,
     noisy_below: Annotated[float | None, typer.Option(
-        min=0.0, max=1.0, help="clean_prob below this is noisy; between the two is vague "
-        "[default: 0.5].", rich_help_panel="Partition", show_default=False)] = None,
+        min=0.0, max=1.0, help="clean_prob below this is noisy; between the two is vague. The "
+        "noisy-recall band may raise it (score says so); given, it turns --queue-by-estimate "
+        "off unless that is given too [default: 0.5].", rich_help_panel="Partition",
+        show_default=False)] = None,
     noise_rate: Annotated[str | None, typer.Option(
         help="Cut by a noise rate instead of the thresholds (not with them): the lowest RATE "
         "share is noisy. A number, or 'auto' for the method's estimate.",
@@ -87,7 +90,9 @@ def score(
     queue_by_estimate: Annotated[bool, typer.Option(
         "--queue-by-estimate/--queue-by-thresholds", help="Where the thresholds flag more pairs "
         "than the upper end of the 95% interval of the method's noise estimate, cut noisy and "
-        "vague back to its lower end (methods that give one: clip) [default: by estimate].",
+        "vague back to its lower end (methods that give one: clip); with --clean-above or "
+        "--noisy-below it moves them, and score says so [default: by estimate, by thresholds "
+        "where --clean-above or --noisy-below is given].",
         rich_help_panel="Partition", show_default=False)] = True,
     preset: Annotated[Literal["review", "gate", "train"] | None, typer.Option(
         help="What the output is for; sets the cut (not with the options above) and what "
@@ -182,7 +187,6 @@ def score(
     from ncclean.errors import BadOptionError
     from ncclean.options import (
         DEFAULT_CUT,
-        Cut,
         MatcherOptions,
         RunOptions,
         ScaleOptions,
@@ -190,10 +194,11 @@ def score(
         preset_cut,
     )
 
+    given = options.given(ctx, FIXED_BY_FIT)
     if noise_rate is not None and (clean_above is not None or noisy_below is not None):
-        given = "--clean-above" if clean_above is not None else "--noisy-below"
-        raise BadOptionError(f"--noise-rate cuts by a share and wins over {given}, which would "
-                             "be ignored; give one of them")
+        threshold = "--clean-above" if clean_above is not None else "--noisy-below"
+        raise BadOptionError(f"--noise-rate cuts by a share and wins over {threshold}, which "
+                             "would be ignored; give one of them")
     params = _params(param)
     if epochs is not None:
         if params.get("epochs", str(epochs)) != str(epochs):
@@ -218,10 +223,12 @@ def score(
         cut_options = (("--clean-above", clean_above), ("--noisy-below", noisy_below),
                        ("--noise-rate", noise_rate), ("--rare-clean-above", rare_clean_above),
                        ("--noisy-recall", noisy_recall), ("--review-recall", review_recall))
-        given = [name for name, value in cut_options if value is not None]
-        if given:
-            raise BadOptionError(f"--preset {preset} sets the cut, so {given[0]} would be "
-                                 "ignored; give either --preset or the cut options")
+        named_options = [name for name, value in cut_options if value is not None] + (
+            [f"--queue-by-{'estimate' if queue_by_estimate else 'thresholds'}"]
+            if "queue_by_estimate" in given else [])
+        if named_options:
+            raise BadOptionError(f"--preset {preset} sets the cut, so {named_options[0]} would "
+                                 "be ignored; give either --preset or the cut options")
         cut = preset_cut(preset, rare_count)
     else:
         other = "--noise-rate" if noise_rate is not None else (
@@ -232,17 +239,20 @@ def score(
             raise BadOptionError(f"{given_bands[0]} widens the review cut's thresholds; {other} "
                                  "makes another cut, so give one or the other")
 
-        def recall(given: float | None, default: float | None) -> float | None:
+        def recall(value: float | None, default: float | None) -> float | None:
             # 0 turns a band off; Cut drops the default's with a share or training cut
-            return default if given is None else (given or None)
+            return default if value is None else (value or None)
 
-        cut = Cut(clean_above=DEFAULT_CUT.clean_above if clean_above is None else clean_above,
-                  noisy_below=DEFAULT_CUT.noisy_below if noisy_below is None else noisy_below,
-                  noise_rate=rate,
-                  rare_clean_above=rare_clean_above, rare_count=rare_count,
-                  noisy_recall=recall(noisy_recall, DEFAULT_CUT.noisy_recall),
-                  review_recall=recall(review_recall, DEFAULT_CUT.review_recall),
-                  queue_by_estimate=queue_by_estimate)
+        # the thresholds given turn the queue by the estimate off unless it is given too
+        # (Cut.with_options): the thresholds typed are the thresholds applied
+        named = {name: value for name, value in (("clean_above", clean_above),
+                                                 ("noisy_below", noisy_below)) if value is not None}
+        if "queue_by_estimate" in given:
+            named["queue_by_estimate"] = queue_by_estimate
+        cut = DEFAULT_CUT.with_options(
+            noise_rate=rate, rare_clean_above=rare_clean_above, rare_count=rare_count,
+            noisy_recall=recall(noisy_recall, DEFAULT_CUT.noisy_recall),
+            review_recall=recall(review_recall, DEFAULT_CUT.review_recall), **named)
     stages = StageOptions(significance=significance, significance_passes=significance_passes,
                           pseudo_captions=pseudo_captions, donors=donors)
     run = RunOptions(seed=seed, device=device, cache_dir=False if no_cache else (cache_dir or True),
@@ -260,7 +270,7 @@ def score(
     with progress_bars(not json_) as progress:
         summary = api.score(input, output, method, params, columns=columns, matcher=matcher,
                             cut=cut, stages=stages, run=run, scale=scale, progress=progress,
-                            given=options.given(ctx, FIXED_BY_FIT), argv=state.argv)
+                            given=given, argv=state.argv)
     api.remember_scored(summary.output)
     if json_:
         print_json(summary.as_dict())

@@ -304,6 +304,12 @@ class Method(ABC):
         depends on them."""
         return self.min_pairs
 
+    def own_partitions(self) -> str | None:
+        """Why this method (with these parameters) draws the partitions itself instead of
+        ``score``'s cut on ``clean_prob``, in words for the line that refuses a cut option it
+        would ignore (:meth:`ncclean.options.Cut.named`); ``None`` where the cut draws them."""
+        return None
+
     def check(self) -> None:
         """Rules that join two parameters (``measure=...`` needs ``update=epoch``); raise
         :class:`BadOptionError`. Single-value rules are declared with :func:`param`."""

@@ -217,6 +217,12 @@ class Clip(Method):
         f"pairs share) on at least {TRUSTED_FIT_WIDTHS} times the two vectors' summed width in "
         "distinct captions and distinct images, and discounts elsewhere")
 
+    def own_partitions(self) -> str | None:
+        if self.keep_fraction is None:
+            return None
+        return (f"-p keep_fraction={self.keep_fraction:g} draws the partitions itself (that top "
+                "share clean, clean_prob 1; the rest noisy, 0)")
+
     def fit(self, features: Features, context: Context) -> MethodResult:
         shape = CorpusShape.of(features.image_group, features.text_group, _width(features)) \
             if self._cca_on_vectors(features, context) else None

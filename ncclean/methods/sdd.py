@@ -214,6 +214,10 @@ class SDD(Method):
         "when no matcher is loaded")
     warmup_lr: float = param(2e-4, low=0, low_open=True, help="learning rate of the warm-up")
 
+    def own_partitions(self) -> str:
+        return ("sdd draws its own partitions (noisy: the pairs it drops at alpha; vague: kept "
+                "pairs with w_con under -p vague_below)")
+
     def fit(self, features: Features, context: Context) -> MethodResult:
         config = context.matcher_config
         if context.initial is not None or (config is not None and config.starts_pretrained):

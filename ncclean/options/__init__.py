@@ -138,7 +138,9 @@ def fold_keywords(groups: dict[str, Any], keywords: dict[str, Any], command: str
                   ) -> dict[str, Any]:
     """``groups`` (group name -> options object) with loose keywords such as ``seed=3`` or
     ``clean_above=0.5`` moved into the group that owns each, every group checked once: the
-    keyword form of ``api.score`` before the option objects. An unknown keyword is a
+    keyword form of ``api.score`` before the option objects. The cut's keywords are given as
+    ``score``'s options are (:meth:`Cut.with_options`: a threshold turns the queue by the
+    estimate off unless ``queue_by_estimate`` is given too). An unknown keyword is a
     ``TypeError``, as Python's own."""
     moved: dict[str, dict[str, Any]] = {}
     for name, value in keywords.items():
@@ -148,7 +150,12 @@ def fold_keywords(groups: dict[str, Any], keywords: dict[str, Any], command: str
         if name not in _OWNER:
             raise TypeError(f"{command}() got an unexpected keyword argument {name!r}")
         moved.setdefault(_OWNER[name], {})[name] = value
-    return {group: replace(value, **moved[group]) if group in moved else value
+
+    def changed(value: Any, changes: dict[str, Any]) -> Any:
+        return value.with_options(**changes) if isinstance(value, Cut) \
+            else replace(value, **changes)
+
+    return {group: changed(value, moved[group]) if group in moved else value
             for group, value in groups.items()}
 
 

@@ -38,7 +38,8 @@ class Cut:
     ``rare_count`` also says which clean captions the specificity stage leaves significant.
     ``queue_by_estimate``: where the thresholds flag more pairs than the method's estimate of
     the noise says there can be, the review queue (``noisy`` with ``vague``) is cut back to the
-    lower end of that estimate's interval (:meth:`with_queue` fills in ``queue_clean_above``).
+    lower end of that estimate's interval (:meth:`with_queue` fills in ``queue_clean_above``);
+    thresholds a user gives turn it off unless asked for too (:meth:`with_options`).
     ``Cut()`` is the single 0.5 cut; ``score`` uses :data:`DEFAULT_CUT`. A ``noise_rate``
     replaces the thresholds: with one, thresholds other than these two defaults are an error
     (they would be ignored), and the record leaves them out.
@@ -115,6 +116,62 @@ class Cut:
                 f"need --noisy-recall ({self.noisy_recall}) <= --review-recall "
                 f"({self.review_recall}; the defaults are {_DEFAULT_RECALL[0]} and "
                 f"{_DEFAULT_RECALL[1]}): noisy is part of what is flagged")
+
+    def with_options(self, **changes: Any) -> Cut:
+        """This cut with the fields a user named replaced (``score``'s cut options,
+        ``api.score``'s keywords). A threshold named without ``queue_by_estimate`` turns the
+        queue by the estimate off: it would move the threshold under the value given, and the
+        thresholds given are the thresholds applied (the recall bands may still raise them,
+        :meth:`moved`)."""
+        if {"clean_above", "noisy_below"} & changes.keys() and "queue_by_estimate" not in changes:
+            changes["queue_by_estimate"] = False
+        return replace(self, **changes)
+
+    def named(self, given: frozenset[str] = frozenset()) -> list[str]:
+        """The cut's options a user set, as the command line writes them (``--clean-above
+        0.9``), the preset first: those named in ``given`` (the command line's) and those with a
+        value neither ``Cut()`` nor :data:`DEFAULT_CUT` has. ``rare_count`` is left out: the
+        significance stage reads it too."""
+        named = []
+        for name in ("preset", "noise_rate", "clean_above", "noisy_below", "rare_clean_above",
+                     "noisy_recall", "review_recall", "queue_by_estimate"):
+            value = getattr(self, name)
+            if not self._set(name, given):
+                continue
+            if name == "queue_by_estimate":
+                named.append("--queue-by-estimate" if value else "--queue-by-thresholds")
+                continue
+            value = 0 if value is None else value  # a band turned off: 0 on the command line
+            shown = f"{value:g}" if isinstance(value, float | int) else str(value)
+            named.append(f"--{name.replace('_', '-')} {shown}")
+        return named
+
+    def _set(self, name: str, given: frozenset[str]) -> bool:
+        """Whether a user set field ``name``: named in ``given``, or a value that neither
+        ``Cut()`` nor :data:`DEFAULT_CUT` has."""
+        return name in given or getattr(self, name) not in (getattr(Cut(), name),
+                                                            getattr(DEFAULT_CUT, name))
+
+    def moved(self, given: frozenset[str] = frozenset()) -> str | None:
+        """One line saying where this resolved cut's thresholds in force (:meth:`thresholds`)
+        left a threshold the user gave (named in ``given``, or a value neither ``Cut()`` nor
+        :data:`DEFAULT_CUT` has) and which rule moved it; ``None`` where none moved."""
+        if self.noise_rate is not None:
+            return None
+        moved = [f"--{name.replace('_', '-')} {value:g} to {now:.4g}"
+                 for name, value, now in zip(("clean_above", "noisy_below"),
+                                             (self.clean_above, self.noisy_below),
+                                             self.thresholds(), strict=True)
+                 if now != value and self._set(name, given)]
+        if not moved:
+            return None
+        if self.queue_clean_above is not None:
+            return (f"the queue by the noise estimate (--queue-by-estimate) moved "
+                    f"{' and '.join(moved)} on this run's scores; --queue-by-thresholds keeps "
+                    "the thresholds given")
+        return (f"the recall bands raised {' and '.join(moved)} on this run's scores (more "
+                "pairs under review); --noisy-recall 0 --review-recall 0 keep the thresholds "
+                "given")
 
     @property
     def auto(self) -> bool:

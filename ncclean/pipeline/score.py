@@ -209,6 +209,7 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
     began = time.perf_counter()
     if method != AUTO_METHOD:
         chosen = make_method(method, params)  # a bad parameter is found before a matcher loads
+        check_cut_applies(chosen, cut, request.given)
     cache = cache_path(run.cache_dir)
     config, initial = matcher_config(
         columns, matcher.image_encoder, matcher.text_encoder, matcher.embed_dim,
@@ -222,6 +223,7 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
             raise BadOptionError(f"{error} (--method auto chose {method} for the "
                                  f"{config.image_tower} and {config.text_tower} towers; name "
                                  "--method to choose another)") from None
+        check_cut_applies(chosen, cut, request.given)
     if run.save_matcher is not None and not getattr(chosen, "saves_matcher", True):
         raise BadOptionError(f"--save-matcher: the checkpoint format cannot hold {method}'s "
                              "matcher yet (it adds heads to a plain matcher); score without it")
@@ -272,6 +274,8 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
     if result.partition is None:  # a method that draws its own partitions uses no band
         resolved = resolved.with_recall(clean_prob).with_queue(clean_prob,
                                                                result.noise_interval)
+        if moved := resolved.moved(request.given):
+            warnings.append(moved)
 
     staged = time.perf_counter()
     counts = caption_counts(features.text_group)
@@ -285,6 +289,20 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
             "parts": parts, "stages": added, "cut": resolved, "config": config,
             "method": method, "asked": asked, "chosen": chosen, "seconds": seconds,
             "began": began, "warnings": warnings}
+
+
+def check_cut_applies(chosen, cut, given: frozenset[str] = frozenset()) -> None:
+    """:class:`BadOptionError` for a cut option the user set (:meth:`Cut.named
+    <ncclean.options.Cut.named>`; ``given``: the command line's) where the ``chosen`` method
+    draws the partitions itself (:meth:`~ncclean.methods.base.Method.own_partitions`): the
+    option would be ignored."""
+    from ncclean.errors import BadOptionError
+
+    reason = chosen.own_partitions()
+    named = cut.named(given) if reason is not None else []
+    if named:
+        raise BadOptionError(f"{named[0]} does not apply: {reason}, so it would be ignored; "
+                             "leave it out")
 
 
 def write_fitted(request: ScoreRequest, state: dict) -> ScoreSummary:

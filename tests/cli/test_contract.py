@@ -195,7 +195,8 @@ def test_retrain_names_the_file_lacking_a_column_and_takes_test_columns(capsys, 
                          "--test-text-emb-col", "vec", "--json")
     assert code == 0, err
     summary = json.loads(out)
-    assert summary["n_test"] == 40 and summary["warnings"] == []
+    assert summary["n_test"] == 40
+    assert [w[:28] for w in summary["warnings"]] == ["the test set is tiny: 40 pai"]
     assert "reading in.scored.parquet" in err  # the input it took, on stderr beside --json
 
 

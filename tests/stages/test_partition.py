@@ -182,3 +182,45 @@ def test_the_queue_needs_an_interval_and_belongs_to_the_review_cut(rng):
     assert Cut(0.8, 0.5).with_queue(prob, (0.28, 0.46)).queue_clean_above is None
     assert not replace(DEFAULT_CUT, noise_rate=0.3).queue_by_estimate
     assert not preset_cut("train").queue_by_estimate and DEFAULT_CUT.queue_by_estimate
+
+
+def test_thresholds_given_turn_the_queue_off_unless_it_is_given_too(rng):
+    from ncclean.options import fold_keywords
+
+    prob, _ = _weakly_separated(rng)
+    assert DEFAULT_CUT.with_queue(prob, (0.28, 0.46)).queue_clean_above is not None
+    for given in ({"clean_above": 0.7}, {"noisy_below": 0.3}, {"clean_above": 0.8}):
+        cut = DEFAULT_CUT.with_options(**given)
+        assert not cut.queue_by_estimate
+        assert cut.with_queue(prob, (0.28, 0.46)).queue_clean_above is None
+        assert fold_keywords({"cut": DEFAULT_CUT}, given)["cut"] == cut  # api.score's keywords
+    assert DEFAULT_CUT.with_options(clean_above=0.7, queue_by_estimate=True).queue_by_estimate
+    assert DEFAULT_CUT.with_options(noisy_recall=None) == replace(DEFAULT_CUT, noisy_recall=None)
+
+
+def test_a_rule_that_moves_a_threshold_given_says_so_and_none_else(rng):
+    prob, _ = _weakly_separated(rng)
+    bands = DEFAULT_CUT.with_options(clean_above=0.6).with_recall(prob)
+    assert bands.thresholds()[0] > 0.6
+    assert "recall bands raised --clean-above 0.6 to" in bands.moved()
+    assert bands.moved() == bands.moved(frozenset({"clean_above"}))
+    queued = DEFAULT_CUT.with_options(clean_above=0.85, queue_by_estimate=True) \
+        .with_recall(prob).with_queue(prob, (0.28, 0.46))
+    assert queued.queue_clean_above is not None
+    assert "(--queue-by-estimate) moved --clean-above 0.85 to" in queued.moved()
+    default = DEFAULT_CUT.with_recall(prob).with_queue(prob, (0.28, 0.46))
+    assert default.moved() is None  # nothing given, nothing said
+    assert "--clean-above 0.8 to" in default.moved(frozenset({"clean_above"}))  # typed, default
+    assert Cut(0.7, 0.3).moved() is None  # no rule to move them
+
+
+def test_the_cut_options_a_user_set_are_named_as_the_command_line_writes_them():
+    assert DEFAULT_CUT.named() == [] and Cut().named() == []
+    assert DEFAULT_CUT.named(frozenset({"clean_above"})) == ["--clean-above 0.8"]
+    assert preset_cut("train").named(frozenset({"preset"}))[0] == "--preset train"
+    assert preset_cut("gate").named()[0] == "--preset gate"
+    assert replace(DEFAULT_CUT, noise_rate="auto").named() == ["--noise-rate auto"]
+    assert replace(DEFAULT_CUT, review_recall=None).named(frozenset({"review_recall"})) == [
+        "--review-recall 0"]
+    assert DEFAULT_CUT.named(frozenset({"queue_by_estimate"})) == ["--queue-by-estimate"]
+    assert replace(DEFAULT_CUT, rare_count=5).named() == []  # significance reads it too
