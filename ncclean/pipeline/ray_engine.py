@@ -6,6 +6,12 @@ Without ``--ray-address`` a local Ray cluster is started for the run (two CPUs u
 ``NCCLEAN_RAY_CPUS`` environment variable says otherwise) and stopped after it; with one, the
 cluster's workers must have ncclean installed and see the input and output paths (a shared file
 system or object store mount). The fit itself runs once, on the driver, before this engine.
+
+Ray replaces the process's SIGTERM handler when it starts (its own exits with code 15, and its
+core prints a stack dump), so the caller's SIGINT and SIGTERM handlers are put back once it has
+started: an interrupted run ends as the local engine's does. Such a run stops its own cluster
+first, then keeps the shards complete on disk and removes what its workers left (their
+temporary files and scratch folders, named by their process ids).
 """
 
 from __future__ import annotations
@@ -14,6 +20,10 @@ import contextlib
 import json
 import logging
 import os
+import signal
+import threading
+import time
+import warnings
 from pathlib import Path
 
 from ncclean import errors
@@ -65,11 +75,27 @@ def _import_ray():
 
 @contextlib.contextmanager
 def _session(address: str | None):
-    """Ray, connected to ``address`` or to a local cluster started here (and stopped after);
-    yields whether the cluster is this run's own."""
+    """Ray, connected to ``address`` or to a local cluster started here (and stopped after,
+    its worker processes with it); yields whether the cluster is this run's own. The caller's
+    SIGINT and SIGTERM handlers are the ones in place while it runs (:func:`_handlers`)."""
     ray = _import_ray()
     started = not ray.is_initialized()
-    if started:
+    handlers = _handlers()
+    try:
+        if started:
+            _init(ray, address, handlers)
+        yield started and not address
+    finally:
+        if started:
+            ray.shutdown()  # a cluster of our own: its raylet stops the workers
+        _restore(handlers)
+
+
+def _init(ray, address: str | None, handlers: dict) -> None:
+    """``ray.init`` for :func:`_session`, then the caller's ``handlers`` back in place: Ray's
+    SIGTERM handler exits with code 15 (the stack dump is its core's), skipping the caller's
+    clean-up. A SIGTERM that Ray's handler took while starting is sent again, to the caller's."""
+    try:
         if address:
             check_address(address)
             try:
@@ -89,11 +115,28 @@ def _session(address: str | None):
             ray.init(num_cpus=int(os.environ.get("NCCLEAN_RAY_CPUS", "2")),
                      include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
                      runtime_env={"env_vars": env})
-    try:
-        yield started and not address
-    finally:
-        if started:
-            ray.shutdown()
+    except SystemExit as exit_:
+        _restore(handlers)
+        if exit_.code == signal.SIGTERM and signal.SIGTERM in handlers:
+            os.kill(os.getpid(), signal.SIGTERM)  # the caller's handler runs (and raises)
+        raise
+    _restore(handlers)
+
+
+def _handlers() -> dict:
+    """The SIGINT and SIGTERM handlers in place now (none off the main thread, where neither
+    Ray nor we can set them, or where one was not set from Python)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {sig: handler for sig, handler in handlers.items() if handler is not None}
+
+
+def _restore(handlers: dict) -> None:
+    """Put ``handlers`` (:func:`_handlers`) back in place: setting one from Python also takes
+    the signal back from a handler that Ray's core installed in C (the one printing the dump)."""
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 def check_address(address: str) -> None:
@@ -121,7 +164,10 @@ def _map(ray, actor, kwargs: dict, items: list[dict], workers: int, own: bool,
     # which also keeps Ray's warning about restarting them off the terminal
     restarts = {"max_restarts": 0} if own else {}
     try:
-        with _quiet_ray_data():
+        with _quiet_ray_data(), warnings.catch_warnings():
+            # max_restarts has no named parameter in map_batches yet: Ray's deprecation of the
+            # remote-args form says nothing a user can act on
+            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
             rows = ray.data.from_items(items).map_batches(
                 actor, fn_constructor_kwargs=kwargs, batch_size=1, concurrency=workers,
                 **resources, **restarts).take_all()
@@ -142,38 +188,79 @@ def run_ray(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: Run
             progress: Progress = no_progress) -> list[dict]:
     """Apply the fit at ``fit_dir`` to ``jobs`` on Ray Data; the reports in job order. An error
     of ours in a worker (bad input, a full disk) is raised here as itself, not wrapped in Ray's
-    exceptions; Ray's own log lines stay in its session's log files unless they are errors."""
-    with _session(address) as own:
-        return _apply(fit_dir, fit_hash, jobs, columns, run, device, own, progress)
+    exceptions; Ray's own log lines stay in its session's log files unless they are errors.
+    A run that fails or is interrupted keeps the shards complete on disk (its cluster, when its
+    own, stopped first: no worker writes after that) and removes what its workers left."""
+    own = False
+    try:
+        with _session(address) as own:
+            return _apply(fit_dir, fit_hash, jobs, columns, run, device, own, progress)
+    except BaseException:
+        from ncclean.data.atomic import mark_complete
+        from ncclean.pipeline.shard import found_complete
+
+        if own:
+            _remove_workers_files({job.out.parent for job in jobs})
+        for job in jobs:  # the workers' notes are in their processes: look at the files
+            if found_complete(job, fit_hash, run.write):
+                mark_complete(job.out)
+        raise
 
 
 def _apply(fit_dir: Path, fit_hash: str, jobs: list, columns: Columns, run: RunOptions,
            device: str, own: bool, progress: Progress) -> list[dict]:
     import ray
 
-    try:
-        items = [{"index": k, "path": str(job.shard.path), "stem": job.shard.stem,
-                  "kind": job.shard.kind, "out": str(job.out), "mark": job.mark,
-                  "extra": json.dumps({"duplicates": list(job.duplicates),
-                                       "hidden": list(job.hidden),
-                                       "nulled": list(job.nulled),
-                                       "decoded": str(job.decoded) if job.decoded else None})}
-                 for k, job in enumerate(jobs)]
-        workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
-        progress("apply", 0, len(jobs), f"ray, {workers} actors")
-        reports = _map(ray, ShardApplier, {"fit_dir": str(fit_dir), "columns": columns,
-                                           "run": run, "device": device},
-                       items, workers, own, num_cpus=1)
-        progress("apply", len(jobs), len(jobs))
-        return reports
-    except BaseException:
-        from ncclean.data.atomic import mark_complete
-        from ncclean.pipeline.shard import found_complete
+    items = [{"index": k, "path": str(job.shard.path), "stem": job.shard.stem,
+              "kind": job.shard.kind, "out": str(job.out), "mark": job.mark,
+              "extra": json.dumps({"duplicates": list(job.duplicates),
+                                   "hidden": list(job.hidden),
+                                   "nulled": list(job.nulled),
+                                   "decoded": str(job.decoded) if job.decoded else None})}
+             for k, job in enumerate(jobs)]
+    workers = max(1, min(len(jobs), int(ray.available_resources().get("CPU", 1))))
+    progress("apply", 0, len(jobs), f"ray, {workers} actors")
+    reports = _map(ray, ShardApplier, {"fit_dir": str(fit_dir), "columns": columns,
+                                       "run": run, "device": device},
+                   items, workers, own, num_cpus=1)
+    progress("apply", len(jobs), len(jobs))
+    return reports
 
-        for job in jobs:  # the workers' notes are in their processes: look at the files
-            if found_complete(job, fit_hash, run.write):
-                mark_complete(job.out)
-        raise
+
+WORKERS_EXIT_S = 10.0
+"""How long a stopped cluster's workers are given to exit (they do within a second or two of
+their raylet) before what they left in the output folders is removed."""
+
+
+def _remove_workers_files(folders: set[Path], timeout: float = WORKERS_EXIT_S) -> None:
+    """Remove the temporary files and scratch folders that the workers of a stopped local
+    cluster left in ``folders``, once their processes are gone (waiting for them up to
+    ``timeout`` seconds): each name carries its writer's process id. This process's own are
+    its caller's to remove; another live run's are kept."""
+    from ncclean.data.atomic import (
+        SCRATCH_MARK,
+        TEMP_MARK,
+        remove_stale_scratch,
+        remove_stale_temps,
+    )
+
+    mine = (f"{TEMP_MARK}{os.getpid()}-", f"{SCRATCH_MARK}{os.getpid()}-")
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for folder in filter(Path.is_dir, folders):
+            remove_stale_scratch(folder)
+            for entry in folder.iterdir():
+                name = entry.name
+                temp = name.endswith(".tmp") and TEMP_MARK in name  # .<output>.ncclean-<pid>-...
+                if temp:
+                    remove_stale_temps(folder / name[1:name.rindex(TEMP_MARK)])
+                if ((temp or name.startswith(SCRATCH_MARK)) and entry.exists()
+                        and not any(mark in name for mark in mine)):
+                    left.append(entry)  # a writer still alive
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 class ShardEmbedder:
