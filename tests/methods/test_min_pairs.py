@@ -98,7 +98,9 @@ def test_a_fit_sample_below_the_minimum_is_told_to_grow_and_the_fit_keeps_saying
     assert record["warnings"] == summary.warnings
     applied = api.score(tmp_path / "in.parquet", tmp_path / "applied", "clip", columns=columns,
                         cache_dir=False, scale=ScaleOptions(fit=tmp_path / "fit"))
-    assert applied.warnings == [f"the saved fit {tmp_path / 'fit'}: {said[0]}"]
+    assert applied.warnings[0] == f"the saved fit {tmp_path / 'fit'}: {said[0]}"
+    assert applied.warnings[1].startswith("the estimated noise rate is the saved fit's")
+    assert len(applied.warnings) == 2
     # a sample of a corpus whose valid pairs (150 of 400 rows) are fewer than the minimum
     table = vector_table(400, text_width=12)
     texts = [None if k % 8 < 5 else v for k, v in enumerate(table.column("txt").to_pylist())]
