@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
         api.synth(out / "corpus.parquet", n_images=30, captions_per_image=3, seed=0)
         source, move, params, size = out / "corpus.parquet", (), {
             "warmup_epochs": 1, "epochs": 2, "batch_size": 32, "pool_size": 64}, {
-            "embed_dim": 32, "image_size": 32}
+            "method": "gmm", "embed_dim": 32, "image_size": 32}  # gmm: these are its epochs
     else:
         source, move, params, size = HERE / "clipart-300.parquet", ("category",), {}, {}
     noise = api.inject_noise(source, out / "noisy.parquet", ratio=0.3, seed=0,

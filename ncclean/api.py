@@ -184,6 +184,11 @@ def score(
     from ncclean.pipeline.run import run_score
     from ncclean.progress import chosen_progress
 
+    if params is not None and not isinstance(params, dict):
+        from ncclean.errors import BadOptionError
+
+        raise BadOptionError(f"params must be a dict of the method's parameters, e.g. "
+                             f"{{'epochs': 10}}, got {type(params).__name__} {params!r}")
     groups = fold_keywords({"columns": columns, "matcher": matcher, "cut": cut,
                             "stages": stages, "run": run}, keywords)
     return run_score(input, output, method, params, groups, scale, given, argv,

@@ -195,6 +195,13 @@ def test_refuses_bad_requests_before_training(noisy, tmp_path):
         score(noisy, tmp_path / "x.parquet", image_encoder="column")
     with pytest.raises(BadOptionError, match="--noise-rate"):
         score(noisy, tmp_path / "x.parquet", noise_rate="most")
+    # the keywords' types: ncclean's error naming the keyword, not Python's
+    with pytest.raises(BadOptionError, match="params must be a dict"):
+        score(noisy, tmp_path / "x.parquet", method="gmm", params="epochs=1")
+    with pytest.raises(BadOptionError, match=r"clean_above=\) must be a number"):
+        score(noisy, tmp_path / "x.parquet", clean_above="0.5")
+    with pytest.raises(BadOptionError, match="--seed must be a number"):
+        score(noisy, tmp_path / "x.parquet", seed="a")
 
 
 def test_cli_score_json_and_errors(noisy, tmp_path, capsys):

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 
 def _at_least(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
-            or value < low:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadOptionError(f"{name} must be a number (at least {low}), got "
+                             f"{type(value).__name__} {value!r}")
+    if math.isnan(value) or value < low:
         raise BadOptionError(f"{name} must be at least {low}, got {value!r}")
 
 
@@ -59,6 +61,11 @@ class Cut:
     queue_clean_above: float | None = None  # filled in by with_queue
 
     def __post_init__(self) -> None:
+        for name in ("clean_above", "noisy_below"):  # api.score's keywords take anything
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise BadOptionError(f"--{name.replace('_', '-')} ({name}=) must be a number "
+                                     f"in [0, 1], got {value!r}")
         self._check_recall()
         if not 0.0 <= self.noisy_below <= self.clean_above <= 1.0:
             raise BadOptionError(

@@ -285,6 +285,11 @@ def fit_corpus(request: ScoreRequest, progress: Progress = no_progress) -> dict:
                        rare=counts <= resolved.rare_count, seed=run.seed, device=device,
                        corpus_pairs=request.corpus_pairs, progress=progress)
     seconds["stages"] = time.perf_counter() - staged
+    if stages.significance == "update" and result.matcher is None:
+        warnings.append(f"--significance update reads a trained matcher's ratio (Self-Drop & "
+                        f"Dual-Weight), and {method} on these towers trains none: no pair was "
+                        "split by significance; --significance specificity (the default) reads "
+                        "any space")
     return {"corpus": corpus, "features": features, "result": result, "clean_prob": clean_prob,
             "parts": parts, "stages": added, "cut": resolved, "config": config,
             "method": method, "asked": asked, "chosen": chosen, "seconds": seconds,

@@ -58,3 +58,19 @@ def test_the_update_ratio_demotes_every_clean_pair_below_one_rare_or_not(monkeyp
                rare=np.array([False, False, True, False]))
     assert list(parts) == ["clean_significant", "clean_significant", "clean_insignificant",
                            "noisy"]
+
+
+def test_significance_update_without_a_matcher_says_it_split_nothing(tmp_path):
+    import pyarrow.parquet as pq
+
+    from ncclean import api
+    from ncclean.data.schema import Columns
+    from tests.pipeline.corpora import vector_table
+
+    pq.write_table(vector_table(200), tmp_path / "in.parquet")
+    summary = api.score(tmp_path / "in.parquet", tmp_path / "out.parquet", "clip",
+                        columns=Columns(image_emb="img", text_emb="txt"), cache_dir=False,
+                        significance="update")
+    assert summary.partition_counts["clean_insignificant"] == 0
+    assert any(w.startswith("--significance update reads a trained matcher's ratio")
+               for w in summary.warnings)
