@@ -220,7 +220,7 @@ as one of :func:`ncclean.data.parquet.windows`).
     for name, column in embeddings.items():
         which = "image" if name == resolved.image_emb else "text"
         content = captions if which == "text" else image_keys if resolved.image else \
-            pa.chunked_array(image_ids).to_pylist() if resolved.image_id else None
+            pa.chunked_array(image_ids) if resolved.image_id else None
         emb = column.finish(corpus, which, content)
         if name == resolved.image_emb:
             corpus.image_emb = emb

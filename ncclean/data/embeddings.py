@@ -9,6 +9,7 @@ pair look equally well (or badly) matched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,7 +59,8 @@ class EmbeddingColumn:
         self.out[first_row + np.flatnonzero(~null)] = values.reshape(-1, d)
         self.null[first_row:first_row + len(array)] = null
 
-    def finish(self, corpus: Corpus, which: str, content: list | None = None) -> np.ndarray:
+    def finish(self, corpus: Corpus, which: str,
+               content: Sequence | pa.ChunkedArray | None = None) -> np.ndarray:
         """The ``(n, d)`` array; rows with a null, a wrong length, NaN or infinity are zero and
         marked invalid, and so are all-zero and one-value rows (:func:`check_vectors`).
         ``content``: what each row's vector encodes (its caption, its image's key), where
@@ -95,7 +97,7 @@ class EmbeddingColumn:
 
 
 def check_vectors(corpus: Corpus, vectors: np.ndarray, usable: np.ndarray, which: str,
-                  name: str, content: list | None = None) -> None:
+                  name: str, content: Sequence | pa.ChunkedArray | None = None) -> None:
     """Mark rows of ``vectors`` (``(n, d)``) that are all zeros or hold one value in every
     dimension; raise :class:`SchemaError` when all ``usable`` rows (at least two) are one vector,
     unless their ``content`` (each row's caption or image key, where known) is one too: a shard
@@ -115,8 +117,7 @@ def check_vectors(corpus: Corpus, vectors: np.ndarray, usable: np.ndarray, which
         if d > 1:
             flat[start:start + len(block)] = (block == block[:, :1]).all(axis=1)
         same[start:start + len(block)] = (block == reference).all(axis=1)
-    one_content = content is not None and len({content[row] for row in rows}) == 1
-    if len(rows) >= 2 and same[rows].all() and (zero[rows[0]] or not one_content):
+    if len(rows) >= 2 and same[rows].all() and (zero[rows[0]] or not _one(content, rows)):
         what = "all zeros" if zero[rows[0]] else "one vector"
         raise SchemaError(
             f"{corpus.source.path}: embedding column {name!r} holds {what} in all "
@@ -125,6 +126,17 @@ def check_vectors(corpus: Corpus, vectors: np.ndarray, usable: np.ndarray, which
         )
     corpus.mark(usable & zero, f"{which} embedding is all zeros")
     corpus.mark(usable & flat & ~zero, f"{which} embedding has one value in every dimension")
+
+
+def _one(content: Sequence | pa.ChunkedArray | None, rows: np.ndarray) -> bool:
+    """Whether ``content`` (``None``: unknown) holds one value over ``rows``: read only where
+    every row holds one vector, which is rare."""
+    if content is None:
+        return False
+    if isinstance(content, pa.ChunkedArray):
+        content = content.take(pa.array(rows)).to_pylist()
+        return len(set(content)) == 1
+    return len({content[row] for row in rows}) == 1
 
 
 def _comparable(block: np.ndarray) -> np.ndarray:

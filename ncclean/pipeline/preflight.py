@@ -110,10 +110,9 @@ def check_fit_options(meta: dict, fit_path: PathLike, method: str, params: dict 
         fitted = fitted_cut.get(name, False if name == "queue_by_estimate" else None)
         if (value != getattr(DEFAULT_CUT, name) or name in given) and value != fitted:
             typed = sorted({"clean_above", "noisy_below"} & given)
-            if name == "queue_by_estimate" and name not in given and typed and all(
-                    getattr(cut, t) == fitted_cut.get(t) for t in typed):
-                continue  # the fit's own thresholds restated: its cut, queue and all, applies
             if name == "queue_by_estimate" and name not in given and typed:
+                if all(getattr(cut, t) == fitted_cut.get(t) for t in typed):
+                    continue  # the fit's own thresholds restated: its cut, queue and all
                 raise FitError(f"--{typed[0].replace('_', '-')} turns the queue by the noise "
                                f"estimate off, which the fit at {fit_path} keeps on; leave it "
                                "out (the fit fixes the cut), or give --queue-by-estimate too")

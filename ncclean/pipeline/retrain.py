@@ -32,7 +32,7 @@ HELD_OUT_WARNING = (
     "mismatched pair counts as a miss for a matcher that is right) and their images may be "
     "trained on under other captions. Give --test with clean held-out pairs for that.")
 TINY_TEST = 100
-"""Without a test file: fewer held-out pairs than this is a tiny test set, and a warning."""
+"""Fewer test pairs than this (held out or given) is a tiny test set, and a warning."""
 TINY_TEST_WARNING = (
     "the test set is tiny: {n} pairs, so each recall moves in steps of {step:.1f} points or "
     "more and smaller differences between arms are noise; give --test with more pairs")

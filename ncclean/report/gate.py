@@ -55,12 +55,12 @@ def check_limits(limits: dict[str, float | None], against: str | os.PathLike | N
     return limits
 
 
-def previous_shares(against: str | os.PathLike) -> dict[str, float]:
-    """The shares of a previous run's summary (a scored file's sidecar, ``split``'s
-    ``summary.json`` or ``check --json`` output: anything with ``partition_counts``)."""
+def previous_run(against: str | os.PathLike) -> tuple[dict, dict[str, float]]:
+    """A previous run's summary (a scored file's sidecar, ``split``'s ``summary.json`` or
+    ``check --json`` output: anything with ``partition_counts``), read once, and its shares."""
     try:
         earlier = json.loads(Path(against).read_text())
-        return shares({k: int(v) for k, v in earlier["partition_counts"].items()})
+        return earlier, shares({k: int(v) for k, v in earlier["partition_counts"].items()})
     except FileNotFoundError:
         raise NcCleanError(f"--against {against}: no such file") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -69,21 +69,20 @@ def previous_shares(against: str | os.PathLike) -> dict[str, float]:
                            "check --json output)") from None
 
 
+def previous_shares(against: str | os.PathLike) -> dict[str, float]:
+    """The shares of a previous run's summary (:func:`previous_run`)."""
+    return previous_run(against)[1]
+
+
 #: What a run chose that moves its partitions: compared against ``--against``'s run.
 CUT_CHOICES = ("preset", "clean_above", "noisy_below", "noise_rate", "rare_clean_above",
                "rare_count", "noisy_recall", "review_recall", "queue_by_estimate")
 
 
-def unlike_runs(scored_record: dict, against: str | os.PathLike) -> list[str]:
-    """What the scored file's run chose otherwise than the ``against`` run (its method and the
-    choices of its cut, :data:`CUT_CHOICES`), where the earlier summary records them: each a
-    reason the two noisy shares need not agree."""
-    try:
-        earlier = json.loads(Path(against).read_text())
-    except (OSError, ValueError):
-        return []
-    if not isinstance(earlier, dict):
-        return []
+def unlike_runs(scored_record: dict, earlier: dict, against: str | os.PathLike) -> list[str]:
+    """What the scored file's run chose otherwise than the ``earlier`` run's summary (read from
+    ``against``): its method and the choices of its cut (:data:`CUT_CHOICES`), where that
+    summary records them; each a reason the two noisy shares need not agree."""
     differ = []
     method, before = scored_record.get("method"), earlier.get("method")
     if method and before and method != before:
@@ -153,7 +152,7 @@ def check_scored(input: str | os.PathLike, limits: dict[str, float | None],
         raise BadOptionError(f"--min-precision must be in [0, 1], got {min_precision}")
     limits = check_limits(limits, against) if labels is None or any(
         v is not None for v in limits.values()) or against is not None else limits
-    previous = previous_shares(against) if against is not None else None
+    earlier, previous = previous_run(against) if against is not None else (None, None)
     scored = open_scored(input)
     audited = None
     if labels is not None:
@@ -166,5 +165,5 @@ def check_scored(input: str | os.PathLike, limits: dict[str, float | None],
         audited = (found["precision"], found["ci"], min_precision)
     result = judge(input, scored.counts(), limits, previous, max_increase, audited)
     if against is not None:
-        result = replace(result, warnings=unlike_runs(scored.sidecar, against))
+        result = replace(result, warnings=unlike_runs(scored.sidecar, earlier, against))
     return result
